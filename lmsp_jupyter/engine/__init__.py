@@ -1,0 +1,1 @@
+"""engine/: models and tokens — the only layer that touches llama.cpp."""

@@ -1,0 +1,133 @@
+"""The only code that touches llama_cpp: one loaded model, used from one thread only."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import llama_cpp
+
+from .generation import (
+    CancelToken,
+    EngineError,
+    GenerationDone,
+    GenerationEvent,
+    Prompt,
+    SamplingParams,
+    StopReason,
+    TextDelta,
+)
+
+# llama.cpp logs through this logger; below ERROR it floods the server's stderr.
+logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+
+#: Sampling when a request gives no temperature: llama.cpp's own defaults.
+DEFAULT_TEMPERATURE = 0.8
+_TOP_K = 40
+_TOP_P = 0.95
+_MIN_P = 0.05
+
+
+class LlamaTokenizer:
+    """A vocabulary-only llama.cpp model: tokenizes prompts without the weights in memory."""
+
+    def __init__(self, path: Path) -> None:
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not self._model:
+            raise EngineError(f"the tokenizer of {path.name} could not be loaded")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.bos_token = self._token_text(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos_token = self._token_text(llama_cpp.llama_vocab_eos(self._vocab))
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        buffer = ctypes.create_string_buffer(256)
+        size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, True)
+        return buffer.raw[: max(size, 0)].decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of a rendered prompt; special tokens in it are parsed as such."""
+        data = text.encode()
+        capacity = len(data) + 8
+        tokens = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, True)
+        if count < 0:
+            raise EngineError("the prompt could not be tokenized")
+        return list(tokens[:count])
+
+    def close(self) -> None:
+        """Free the vocabulary."""
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+
+class LlamaRunner:
+    """A model loaded for generation. Every call must come from the model's worker thread."""
+
+    def __init__(self, path: Path, *, context_size: int, threads: int, batch_size: int) -> None:
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=context_size,
+                n_batch=min(batch_size, context_size),
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_gpu_layers=0,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise EngineError(f"{path.name} could not be loaded") from exc
+        self._vocab = self._llm._model.vocab
+
+    @property
+    def context_size(self) -> int:
+        """Tokens the loaded context holds."""
+        return self._llm.n_ctx()
+
+    def generate(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        cancel: CancelToken,
+        emit: Callable[[GenerationEvent], None],
+    ) -> None:
+        """Generate from ``prompt``, calling ``emit`` per text delta and once at the end."""
+        limit = min(params.max_tokens, self.context_size - len(prompt.tokens))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        count = 0
+        reason: StopReason = "stop"
+        # A full re-evaluation keeps temperature 0 deterministic: reusing a cached prefix
+        # changes llama.cpp's batch shapes and with them the last bits of the logits.
+        self._llm.reset()
+        temperature = DEFAULT_TEMPERATURE if params.temperature is None else params.temperature
+        tokens = self._llm.generate(
+            prompt.tokens, temp=temperature, top_k=_TOP_K, top_p=_TOP_P, min_p=_MIN_P, reset=False
+        )
+        if cancel.cancelled:
+            reason = "cancelled"
+        else:
+            for token in tokens:
+                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    break
+                count += 1
+                text = decoder.decode(self._llm.detokenize([token]))
+                if text:
+                    emit(TextDelta(text))
+                if cancel.cancelled:
+                    reason = "cancelled"
+                    break
+                if count >= limit:
+                    reason = "max_tokens" if count >= params.max_tokens else "context_length"
+                    break
+            tokens.close()
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            emit(TextDelta(tail))
+        emit(GenerationDone(reason=reason, prompt_tokens=len(prompt.tokens), output_tokens=count))

@@ -1,0 +1,163 @@
+"""The engine's front: one worker thread per loaded model, async generation for the service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .catalog import ModelEntry
+from .generation import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    GenerationDone,
+    GenerationEvent,
+    Prompt,
+    SamplingParams,
+)
+from .llama import LlamaRunner, LlamaTokenizer
+from .templates import ChatTemplate, fallback_template
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How models are loaded."""
+
+    context_size: int = 8192
+    threads: int = os.cpu_count() or 1
+    batch_size: int = 512
+
+
+class _ModelWorker:
+    """Everything of one model. The runner is touched only from ``generator``'s one thread,
+    the tokenizer only from ``tokenizer``'s, so no llama.cpp object sees two threads."""
+
+    def __init__(self, entry: ModelEntry, settings: EngineSettings) -> None:
+        self.entry = entry
+        self.settings = settings
+        self.generator = ThreadPoolExecutor(1, thread_name_prefix=f"lmsp-gen-{entry.id}")
+        self.tokenizer = ThreadPoolExecutor(1, thread_name_prefix=f"lmsp-tok-{entry.id}")
+        self._runner: LlamaRunner | None = None
+        self._template: tuple[ChatTemplate, LlamaTokenizer] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._runner is not None
+
+    def render(self, messages: Sequence[ChatMessage]) -> Prompt:
+        """Render and tokenize; runs on the tokenizer thread."""
+        if self._template is None:
+            tokenizer = LlamaTokenizer(self.entry.path())
+            source = self.entry.chat_template or fallback_template(self.entry.architecture)
+            template = ChatTemplate(
+                source, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token
+            )
+            self._template = (template, tokenizer)
+        template, tokenizer = self._template
+        text = template.render(messages)
+        return Prompt(text=text, tokens=tokenizer.tokenize(text))
+
+    def runner(self) -> LlamaRunner:
+        """The loaded model, loading it on first use; runs on the generator thread."""
+        if self._runner is None:
+            log.info("loading model %s", self.entry.id)
+            self._runner = LlamaRunner(
+                self.entry.path(),
+                context_size=context_length(self.entry, self.settings),
+                threads=self.settings.threads,
+                batch_size=self.settings.batch_size,
+            )
+        return self._runner
+
+    def shutdown(self) -> None:
+        self.generator.shutdown(wait=False, cancel_futures=True)
+        self.tokenizer.shutdown(wait=False, cancel_futures=True)
+
+
+def context_length(entry: ModelEntry, settings: EngineSettings) -> int:
+    """The context window the engine gives ``entry``: its trained one, capped by the settings."""
+    if settings.context_size <= 0:
+        return entry.context_length
+    return min(entry.context_length, settings.context_size)
+
+
+class Engine:
+    """Runs models: renders prompts, tokenizes, and generates on per-model worker threads."""
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        self._workers: dict[str, _ModelWorker] = {}
+        self._lock = threading.Lock()
+
+    def _worker(self, entry: ModelEntry) -> _ModelWorker:
+        with self._lock:
+            worker = self._workers.get(entry.id)
+            if worker is None:
+                worker = self._workers[entry.id] = _ModelWorker(entry, self.settings)
+            return worker
+
+    def context_length(self, entry: ModelEntry) -> int:
+        """The context window, in tokens, that requests for ``entry`` must fit in."""
+        return context_length(entry, self.settings)
+
+    def is_loaded(self, model_id: str) -> bool:
+        """Whether the model's weights are in memory."""
+        worker = self._workers.get(model_id)
+        return worker is not None and worker.loaded
+
+    async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
+        """The model's prompt for ``messages`` through its chat template, tokenized."""
+        worker = self._worker(entry)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(worker.tokenizer, worker.render, messages)
+
+    async def generate(
+        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
+    ) -> AsyncIterator[GenerationEvent]:
+        """Generate on the model's worker; jobs for one model run one at a time in arrival order.
+
+        The last event is a ``GenerationDone``. A consumer that stops iterating early cancels
+        the generation, which then ends after at most one more token.
+        """
+        worker = self._worker(entry)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[GenerationEvent | BaseException] = asyncio.Queue()
+
+        def emit(event: GenerationEvent | BaseException) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        def job() -> None:
+            try:
+                worker.runner().generate(prompt, params, cancel, emit)
+            except Exception as exc:  # every failure reaches the consumer, none kills the worker
+                log.exception("generation with %s failed", entry.id)
+                emit(exc)
+
+        worker.generator.submit(job)
+        try:
+            while True:
+                event = await queue.get()
+                if isinstance(event, BaseException):
+                    if isinstance(event, EngineError):
+                        raise event
+                    raise EngineError(f"model {entry.id!r} failed while generating") from event
+                yield event
+                if isinstance(event, GenerationDone):
+                    return
+        finally:
+            cancel.cancel()
+
+    def close(self) -> None:
+        """Stop every worker; running generations are cancelled at their next token."""
+        with self._lock:
+            for worker in self._workers.values():
+                worker.shutdown()
+            self._workers.clear()

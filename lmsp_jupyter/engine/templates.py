@@ -1,0 +1,86 @@
+"""Chat templates: the GGUF's own Jinja template, sandboxed, or a fallback per architecture."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .generation import ChatMessage
+
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages and messages[0].role == 'system' -%}"
+    "{%- set prefix = messages[0].content + '\n\n' -%}{%- set turns = messages[1:] -%}"
+    "{%- else -%}{%- set prefix = '' -%}{%- set turns = messages -%}{%- endif -%}"
+    "{%- for m in turns -%}"
+    "<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n"
+    "{{ prefix if loop.first else '' }}{{ m.content | trim }}<end_of_turn>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
+)
+
+CHATML_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+
+_FALLBACKS = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE}
+
+
+class ChatTemplateError(ValueError):
+    """The template refused the conversation (for example roles that do not alternate)."""
+
+
+def fallback_template(architecture: str) -> str:
+    """The template used for a model whose GGUF carries none."""
+    return _FALLBACKS.get(architecture, CHATML_TEMPLATE)
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise ChatTemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class ChatTemplate:
+    """A compiled chat template; rendering runs in Jinja's immutable sandbox."""
+
+    def __init__(self, source: str, *, bos_token: str, eos_token: str) -> None:
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.filters["tojson"] = _tojson
+        env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+        try:
+            self._template = env.from_string(source)
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template does not compile: {exc}") from None
+        self._bos_token = bos_token
+        self._eos_token = eos_token
+
+    def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
+        """The prompt text for ``messages``, ready for the model to continue."""
+        try:
+            return self._template.render(
+                messages=[{"role": m.role, "content": m.content} for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self._bos_token,
+                eos_token=self._eos_token,
+            )
+        except ChatTemplateError:
+            raise
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template failed: {exc}") from None

@@ -1,0 +1,106 @@
+"""Problem documents (RFC 9457) and the one error type every layer raises."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+ProblemCode = Literal[
+    "invalid_request",
+    "unsupported_capability",
+    "context_length_exceeded",
+    "unsupported_version",
+    "unauthorized",
+    "insufficient_scope",
+    "forbidden_origin",
+    "model_not_found",
+    "response_not_found",
+    "task_not_found",
+    "not_found",
+    "method_not_allowed",
+    "idempotency_in_progress",
+    "event_history_expired",
+    "payload_too_large",
+    "unsupported_media_type",
+    "idempotency_key_reused",
+    "overloaded",
+    "generation_failed",
+    "service_restarted",
+    "internal_error",
+]
+
+#: HTTP status and title of each problem code (LMSP 1.0 section 9.3).
+PROBLEM_TYPES: dict[str, tuple[int, str]] = {
+    "invalid_request": (400, "Invalid request"),
+    "unsupported_capability": (400, "Unsupported capability"),
+    "context_length_exceeded": (400, "Context length exceeded"),
+    "unsupported_version": (400, "Unsupported version"),
+    "unauthorized": (401, "Unauthorized"),
+    "insufficient_scope": (403, "Insufficient scope"),
+    "forbidden_origin": (403, "Forbidden origin"),
+    "model_not_found": (404, "Model not found"),
+    "response_not_found": (404, "Response not found"),
+    "task_not_found": (404, "Task not found"),
+    "not_found": (404, "Not found"),
+    "method_not_allowed": (405, "Method not allowed"),
+    "idempotency_in_progress": (409, "Idempotency key in progress"),
+    "event_history_expired": (410, "Event history expired"),
+    "payload_too_large": (413, "Payload too large"),
+    "unsupported_media_type": (415, "Unsupported media type"),
+    "idempotency_key_reused": (422, "Idempotency key reused"),
+    "overloaded": (503, "Overloaded"),
+    "generation_failed": (500, "Generation failed"),
+    "service_restarted": (500, "Service restarted"),
+    "internal_error": (500, "Internal error"),
+}
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document as LMSP sends it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    code: ProblemCode
+    detail: str | None = None
+    param: str | None = None
+
+
+class LmspError(Exception):
+    """An LMSP error: raised anywhere, turned into ``application/problem+json`` at the edge."""
+
+    def __init__(
+        self,
+        code: ProblemCode,
+        detail: str | None = None,
+        *,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail or code)
+        self.code = code
+        self.detail = detail
+        self.param = param
+        self.headers = headers or {}
+        self.extra = extra
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this error's code."""
+        return PROBLEM_TYPES[self.code][0]
+
+    def to_problem(self) -> Problem:
+        """The problem document describing this error."""
+        status, title = PROBLEM_TYPES[self.code]
+        return Problem(
+            title=title,
+            status=status,
+            code=self.code,
+            detail=self.detail,
+            param=self.param,
+            **self.extra,
+        )

@@ -1,0 +1,156 @@
+"""The request to create a response (LMSP 1.0 section 6.1) and its validation."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import LmspError
+from .items import MAX_ITEMS, InputItem, InputMessage, InputText, ReservedPart
+
+M = TypeVar("M", bound=BaseModel)
+
+_EXTENSION_KEY = re.compile(r"^(x-[A-Za-z0-9._-]+|[a-z0-9-]+(\.[a-z0-9-]+)+)$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class TextFormat(_Strict):
+    """Plain text output (the default)."""
+
+    type: Literal["text"]
+
+
+class JsonSchemaSpec(_Strict):
+    """A named JSON Schema the output must validate against."""
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool = True
+
+
+class JsonSchemaFormat(_Strict):
+    """Output constrained to a JSON Schema."""
+
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[TextFormat | JsonSchemaFormat, Field(discriminator="type")]
+
+
+class FunctionTool(_Strict):
+    """A function the client can run for the model (LMSP 1.0 section 6.5)."""
+
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class NamedToolChoice(_Strict):
+    """Force a call of one named function."""
+
+    type: Literal["function"]
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class ResponseRequest(_Strict):
+    """``POST /lmsp/v1/responses``: what to generate and how."""
+
+    model: str = Field(min_length=1, max_length=512)
+    input: list[InputItem] = Field(min_length=1, max_length=MAX_ITEMS)
+    stream: bool = False
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    response_format: ResponseFormat | None = None
+    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tool_choice: ToolChoice | None = None
+    store: bool = False
+    previous_response_id: str | None = Field(default=None, max_length=255)
+    extensions: dict[str, Any] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _bare_string_is_one_user_message(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [InputMessage(role="user", content=[InputText(type="input_text", text=value)])]
+        return value
+
+    @field_validator("extensions")
+    @classmethod
+    def _extension_keys_are_namespaced(cls, value: dict[str, Any] | None) -> Any:
+        for key in value or {}:
+            if not _EXTENSION_KEY.match(key):
+                raise ValueError(f"extension key {key!r} is neither reverse-DNS nor an x- name")
+        return value
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """Decode a request body that must be one JSON object."""
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LmspError("invalid_request", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise LmspError("invalid_request", "the body must be a JSON object")
+    return value
+
+
+def validate_request(model: type[M], data: dict[str, Any]) -> M:
+    """Validate ``data`` as ``model``; the first failure becomes ``invalid_request`` naming ``param``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = _param_path(data, error["loc"], error["type"])
+        raise LmspError("invalid_request", f"{param or 'body'}: {error['msg']}", param=param) from None
+
+
+def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
+    """Validate a response request and refuse the content types LMSP 1.0 reserves."""
+    request = validate_request(ResponseRequest, data)
+    for index, item in enumerate(request.input):
+        if isinstance(item, InputMessage) and not isinstance(item.content, str):
+            for part_index, part in enumerate(item.content):
+                if isinstance(part, ReservedPart):
+                    raise LmspError(
+                        "unsupported_capability",
+                        f"content type {part.type!r} is reserved and not supported in LMSP 1.0",
+                        param=f"input[{index}].content[{part_index}].type",
+                    )
+    return request
+
+
+def _param_path(data: Any, loc: tuple[int | str, ...], kind: str) -> str:
+    """The path of ``loc`` in ``data`` (``input[0].content``), skipping pydantic's union tags."""
+    path = ""
+    node = data
+    for step in loc:
+        if isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            path, node = f"{path}[{step}]", node[step]
+        elif isinstance(node, dict) and isinstance(step, str) and step in node:
+            path, node = _join(path, step), node[step]
+        elif isinstance(node, dict) and isinstance(step, str) and step != node.get("type"):
+            if _FIELD_NAME.match(step) and step not in _TYPE_NAMES:
+                path, node = _join(path, step), None
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        path = _join(path, "type")
+    return path
+
+
+_FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name

@@ -1,0 +1,1 @@
+"""server/: the jupyter-server extension and its thin Tornado handlers."""

@@ -1,0 +1,152 @@
+"""The base of every ``/lmsp/`` handler: LMSP auth, versioning and problem documents."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from jupyter_server.auth.decorator import allow_unauthenticated
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from pydantic import BaseModel
+from tornado.web import HTTPError
+
+from ..protocol.errors import LmspError
+from ..protocol.models import LMSP_VERSION
+from ..protocol.requests import parse_json_body
+from ..service.models import ModelDirectory
+from ..service.responses import ResponseService
+
+_VERSION = re.compile(r"^(\d+)(?:\.(\d+))?$")
+_HTTP_VERBS = ("get", "head", "post", "put", "patch", "delete")
+_HTTP_ERROR_CODES: dict[int, Any] = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden_origin",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+class LmspHandler(ExtensionHandlerMixin, APIHandler):
+    """Authenticates with Jupyter's identity provider, but answers LMSP problems itself.
+
+    Every verb is marked for Jupyter as reachable without login so that its redirect or bare
+    403 never answers an LMSP client; ``prepare`` then refuses anonymous requests with 401.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for verb in _HTTP_VERBS:
+            if verb in cls.__dict__:
+                setattr(cls, verb, allow_unauthenticated(cls.__dict__[verb]))
+
+    @property
+    def service(self) -> ResponseService:
+        """The response service of this server."""
+        service: ResponseService = self.settings["lmsp_responses"]
+        return service
+
+    @property
+    def models(self) -> ModelDirectory:
+        """The models this server offers."""
+        models: ModelDirectory = self.settings["lmsp_models"]
+        return models
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("LMSP-Version", LMSP_VERSION)
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        await JupyterHandler.prepare(self)
+        if self.current_user is None:
+            raise LmspError(
+                "unauthorized",
+                "a valid bearer token is required",
+                headers={"WWW-Authenticate": 'Bearer realm="lmsp"'},
+            )
+        if not self.check_origin():
+            raise LmspError("forbidden_origin", "requests from this origin are not allowed")
+        _check_version(self.request.headers.get("LMSP-Version"))
+
+    def check_xsrf_cookie(self) -> None:
+        """Anonymous requests get 401 in ``prepare``; only logged-in browsers need XSRF."""
+        if getattr(self, "_jupyter_current_user", None) is None:
+            return
+        if not self.token_authenticated and not self.check_origin():
+            raise LmspError("forbidden_origin", "requests from this origin are not allowed")
+        try:
+            super().check_xsrf_cookie()
+        except HTTPError:
+            raise LmspError("forbidden_origin", "the XSRF check failed") from None
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object, refusing other media types."""
+        limit: int = self.settings["lmsp_max_body_bytes"]
+        if len(self.request.body) > limit:
+            raise LmspError("payload_too_large", f"the body is over {limit} bytes")
+        media_type = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            raise LmspError("unsupported_media_type", "the body must be application/json")
+        return parse_json_body(self.request.body)
+
+    def write_model(self, model: BaseModel, status: int = 200) -> None:
+        """Send a protocol object as JSON."""
+        self.set_status(status)
+        self.finish(model.model_dump_json())
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Every error under ``/lmsp/`` is a problem document, never a traceback or a page."""
+        exc = kwargs["exc_info"][1] if "exc_info" in kwargs else None
+        if isinstance(exc, LmspError):
+            error = exc
+        elif isinstance(exc, HTTPError) or exc is None:
+            code = _HTTP_ERROR_CODES.get(status_code, "internal_error")
+            error = LmspError(code, getattr(exc, "log_message", None) or self._reason)
+        else:
+            error = LmspError("internal_error", "the service failed; see the server log")
+        self.set_status(error.status)
+        for name, value in error.headers.items():
+            self.set_header(name, value)
+        problem = error.to_problem().model_dump(exclude_none=True)
+        self.finish(json.dumps(problem), set_content_type="application/problem+json")
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        """Client errors are logged in one line; only real failures get a traceback."""
+        if isinstance(value, LmspError) and value.status < 500:
+            self.log.info("%s %s → %s %s", self.request.method, self.request.path,
+                          value.status, value.code)
+        else:
+            super().log_exception(typ, value, tb)
+
+    def allowed_methods(self) -> list[str]:
+        """The HTTP methods this handler implements."""
+        return [verb.upper() for verb in _HTTP_VERBS
+                if getattr(type(self), verb) is not LmspHandler.__dict__[verb]]
+
+    @allow_unauthenticated
+    def _method_not_allowed(self, *args: str) -> None:
+        raise LmspError(
+            "method_not_allowed",
+            f"{self.request.method} is not allowed here",
+            headers={"Allow": ", ".join(self.allowed_methods())},
+        )
+
+    get = head = post = put = patch = delete = _method_not_allowed  # type: ignore[assignment]
+
+
+def _check_version(header: str | None) -> None:
+    """LMSP 1.0 section 9.1: a missing header means 1.0; another major or a later minor is refused."""
+    if header is None:
+        return
+    match = _VERSION.match(header.strip())
+    if match is None or int(match[1]) != 1 or int(match[2] or 0) > 0:
+        raise LmspError(
+            "unsupported_version",
+            f"LMSP-Version {header!r} is not served",
+            param="LMSP-Version",
+            supported_versions=[LMSP_VERSION],
+        )

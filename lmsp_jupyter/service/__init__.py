@@ -1,0 +1,1 @@
+"""service/: the behaviour of LMSP, without HTTP."""

@@ -1,0 +1,183 @@
+"""Responses: a request becomes ordered, numbered LMSP events and a final response object.
+
+A direct stream, a synchronous reply and (later) a task all run ``ResponseRun.events``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ..engine.catalog import ModelEntry
+from ..engine.generation import (
+    CancelToken,
+    EngineError,
+    GenerationDone,
+    Prompt,
+    SamplingParams,
+    TextDelta,
+)
+from ..engine.scheduler import Engine
+from ..engine.templates import ChatTemplateError
+from ..protocol.errors import LmspError
+from ..protocol.events import (
+    EventData,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    ResponseCancelled,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseEvent,
+    ResponseFailed,
+    ResponseIncomplete,
+)
+from ..protocol.ids import new_id
+from ..protocol.items import OutputItem, OutputMessage, OutputText
+from ..protocol.models import ModelCapability
+from ..protocol.requests import JsonSchemaFormat, ResponseRequest
+from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
+from .conversation import chat_messages
+from .models import ModelDirectory
+
+_INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "context_length": "context_length"}
+
+
+@dataclass
+class ResponseRun:
+    """One response being generated: its events as they happen and the object they build."""
+
+    request: ResponseRequest
+    entry: ModelEntry
+    prompt: Prompt
+    id: str = field(default_factory=lambda: new_id("resp"))
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    status: ResponseStatus = "in_progress"
+    output: list[OutputItem] = field(default_factory=list)
+    usage: Usage | None = None
+    incomplete_details: IncompleteDetails | None = None
+    error: LmspError | None = None
+
+    def response(self) -> Response:
+        """The response object as it stands."""
+        return Response(
+            id=self.id,
+            created_at=self.created_at,
+            status=self.status,
+            model=self.request.model,
+            output=list(self.output),
+            usage=self.usage,
+            error=self.error.to_problem() if self.error else None,
+            incomplete_details=self.incomplete_details,
+        )
+
+
+class ResponseService:
+    """Validates requests against models and runs them on the engine."""
+
+    def __init__(self, models: ModelDirectory, engine: Engine) -> None:
+        self.models = models
+        self.engine = engine
+
+    async def start(self, request: ResponseRequest) -> ResponseRun:
+        """Check the request against its model and render its prompt, before any generation."""
+        entry = self.models.entry(request.model)
+        self._check_capabilities(request, entry)
+        try:
+            prompt = await self.engine.render(entry, chat_messages(request.input))
+        except ChatTemplateError as exc:
+            raise LmspError("invalid_request", str(exc), param="input") from None
+        except EngineError as exc:
+            raise LmspError("generation_failed", str(exc)) from None
+        window = self.engine.context_length(entry)
+        needed = len(prompt.tokens) + (request.max_output_tokens or 1)
+        if needed > window:
+            raise LmspError(
+                "context_length_exceeded",
+                f"{len(prompt.tokens)} prompt tokens + {request.max_output_tokens or 1} output "
+                f"tokens do not fit the context window of {window} tokens",
+                param="max_output_tokens" if request.max_output_tokens else "input",
+            )
+        return ResponseRun(request=request, entry=entry, prompt=prompt)
+
+    def _check_capabilities(self, request: ResponseRequest, entry: ModelEntry) -> None:
+        needs: list[tuple[ModelCapability, str, bool]] = [
+            ("structured_output", "response_format",
+             isinstance(request.response_format, JsonSchemaFormat)),
+            ("tools", "tools", bool(request.tools)),
+            ("conversations", "previous_response_id", request.previous_response_id is not None),
+        ]
+        capabilities = self.models.capabilities(entry)
+        for capability, param, needed in needs:
+            if needed and capability not in capabilities:
+                raise LmspError(
+                    "unsupported_capability",
+                    f"model {entry.id!r} has no {capability!r} capability",
+                    param=param,
+                )
+
+    async def events(self, run: ResponseRun, cancel: CancelToken) -> AsyncIterator[ResponseEvent]:
+        """Generate ``run``, yielding its events numbered from 1; exactly one is final."""
+        sequence = itertools.count(1)
+
+        def event(data: EventData) -> ResponseEvent:
+            return ResponseEvent(id=next(sequence), data=data)
+
+        rid = run.id
+        yield event(ResponseCreated(response_id=rid))
+        message = OutputMessage(id=new_id("msg"))
+        yield event(OutputItemAdded(response_id=rid, output_index=0, item=message))
+        params = SamplingParams(
+            max_tokens=run.request.max_output_tokens or self.engine.context_length(run.entry),
+            temperature=run.request.temperature,
+        )
+        parts: list[str] = []
+        done: GenerationDone | None = None
+        try:
+            async for generated in self.engine.generate(run.entry, run.prompt, params, cancel):
+                if isinstance(generated, TextDelta):
+                    parts.append(generated.text)
+                    yield event(OutputTextDelta(response_id=rid, item_id=message.id,
+                                                delta=generated.text))
+                else:
+                    done = generated
+        except EngineError as exc:
+            run.status = "failed"
+            run.error = LmspError("generation_failed", str(exc))
+            yield event(ResponseFailed(response_id=rid, error=run.error.to_problem()))
+            return
+        assert done is not None
+        message = OutputMessage(id=message.id, content=[OutputText(text="".join(parts))])
+        run.output = [message]
+        yield event(OutputItemDone(response_id=rid, output_index=0, item=message))
+        run.usage = Usage(
+            input_tokens=done.prompt_tokens,
+            output_tokens=done.output_tokens,
+            total_tokens=done.prompt_tokens + done.output_tokens,
+        )
+        yield event(self._final(run, done))
+
+    @staticmethod
+    def _final(run: ResponseRun, done: GenerationDone) -> EventData:
+        assert run.usage is not None
+        if done.reason == "cancelled":
+            run.status = "cancelled"
+            return ResponseCancelled(response_id=run.id)
+        if done.reason == "stop":
+            run.status = "completed"
+            return ResponseCompleted(response_id=run.id, usage=run.usage)
+        run.status = "incomplete"
+        run.incomplete_details = IncompleteDetails(reason=_INCOMPLETE_REASONS[done.reason])
+        return ResponseIncomplete(
+            response_id=run.id, incomplete_details=run.incomplete_details, usage=run.usage
+        )
+
+    async def complete(self, run: ResponseRun) -> Response:
+        """Generate ``run`` to the end and return its final response; failure raises."""
+        async for _ in self.events(run, CancelToken()):
+            pass
+        if run.error is not None:
+            raise run.error
+        return run.response()
