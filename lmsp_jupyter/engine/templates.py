@@ -12,23 +12,24 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .generation import ChatMessage
 
+# Whitespace control (``-``) is used only where no newline of the format sits beside a tag.
 GEMMA_TEMPLATE = (
     "{{ bos_token }}"
-    "{%- if messages and messages[0].role == 'system' -%}"
-    "{%- set prefix = messages[0].content + '\n\n' -%}{%- set turns = messages[1:] -%}"
-    "{%- else -%}{%- set prefix = '' -%}{%- set turns = messages -%}{%- endif -%}"
-    "{%- for m in turns -%}"
+    "{% if messages and messages[0].role == 'system' %}"
+    "{% set prefix = messages[0].content + '\n\n' %}{% set turns = messages[1:] %}"
+    "{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
+    "{% for m in turns %}"
     "<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n"
     "{{ prefix if loop.first else '' }}{{ m.content | trim }}<end_of_turn>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
 
 CHATML_TEMPLATE = (
-    "{%- for m in messages -%}"
+    "{% for m in messages %}"
     "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 _FALLBACKS = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE}

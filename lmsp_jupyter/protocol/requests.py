@@ -107,11 +107,12 @@ def parse_json_body(body: bytes) -> dict[str, Any]:
 
 
 def validate_request(model: type[M], data: dict[str, Any]) -> M:
-    """Validate ``data`` as ``model``; the first failure becomes ``invalid_request`` naming ``param``."""
+    """Validate ``data`` as ``model``; a failure becomes ``invalid_request`` naming ``param``."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
+        # Of a union's alternatives, the deepest failure is the one that names the real mistake.
+        error = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
         param = _param_path(data, error["loc"], error["type"])
         raise LmspError("invalid_request", f"{param or 'body'}: {error['msg']}", param=param) from None
 

@@ -1,0 +1,122 @@
+"""Shared fixtures: the bundled model, a live Jupyter server with the extension on loopback."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+MODEL = BUNDLED_MODEL_ID
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bundled_model_path() -> Path:
+    """The bundled GGUF, assembled once before any test changes HOME."""
+    return ModelCatalog().get(BUNDLED_MODEL_ID).path()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LiveServer:
+    """A ``jupyter server`` process with the extension, on a loopback port."""
+
+    root: str
+    token: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def lmsp(self) -> str:
+        """The base of the LMSP endpoints."""
+        return f"{self.root}lmsp/v1"
+
+    def client(self, *, token: str | None = None, **kwargs: object) -> httpx.Client:
+        """An HTTP client sending ``token`` (default: the server's) as a Bearer token."""
+        headers = {"Authorization": f"Bearer {token or self.token}"}
+        return httpx.Client(base_url=self.lmsp, headers=headers, timeout=120, **kwargs)  # type: ignore[arg-type]
+
+
+def start_server(tmp: Path, *extra: str, app: str = "server", base_url: str = "/jp/") -> LiveServer:
+    """Start a Jupyter server (``jupyter server`` or ``jupyter lmsp``) and wait until LMSP answers."""
+    port, token = free_port(), secrets.token_hex(16)
+    for name in ("config", "data", "runtime", "root"):
+        (tmp / name).mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "JUPYTER_DATA_DIR": str(tmp / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+    }
+    command = [
+        str(Path(sys.executable).with_name(f"jupyter-{app}")),
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={tmp / 'root'}",
+        f"--ServerApp.base_url={base_url}",
+        "--LmspApp.ollama_dir=",
+        "--LmspApp.huggingface_cache_dir=",
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+        *extra,
+    ]
+    log = (tmp / "server.log").open("wb")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = LiveServer(root=f"http://127.0.0.1:{port}{base_url}", token=token, process=process)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError((tmp / "server.log").read_text())
+        try:
+            with server.client() as client:
+                if client.get("").status_code == 200:
+                    return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the server did not start in 90 s")
+
+
+def stop_server(server: LiveServer) -> None:
+    """Stop the server and wait for it."""
+    server.process.terminate()
+    try:
+        server.process.wait(20)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``."""
+    server = start_server(tmp_path_factory.mktemp("live"))
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> Iterator[httpx.Client]:
+    """An HTTP client of the live server, authenticated with its token."""
+    with live_server.client() as http:
+        yield http

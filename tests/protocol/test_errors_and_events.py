@@ -1,0 +1,271 @@
+"""Tests for problem documents (LMSP 1.0 section 9.3), response events (6.3) and IDs (6.2)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import get_args
+
+import pytest
+
+from lmsp_jupyter.protocol.errors import PROBLEM_TYPES, LmspError, Problem, ProblemCode
+from lmsp_jupyter.protocol.events import (
+    FINAL_EVENTS,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    ResponseCancelled,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseEvent,
+    ResponseFailed,
+    ResponseIncomplete,
+    StreamError,
+)
+from lmsp_jupyter.protocol.ids import new_id
+from lmsp_jupyter.protocol.items import OutputMessage, OutputText
+from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
+
+#: The table of LMSP 1.0 section 9.3: every problem code and its HTTP status.
+SPEC_STATUSES = {
+    "invalid_request": 400,
+    "unsupported_capability": 400,
+    "context_length_exceeded": 400,
+    "unsupported_version": 400,
+    "unauthorized": 401,
+    "insufficient_scope": 403,
+    "forbidden_origin": 403,
+    "model_not_found": 404,
+    "response_not_found": 404,
+    "task_not_found": 404,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "idempotency_in_progress": 409,
+    "event_history_expired": 410,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "idempotency_key_reused": 422,
+    "overloaded": 503,
+    "generation_failed": 500,
+    "service_restarted": 500,
+    "internal_error": 500,
+}
+
+ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+RID = "resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"
+MID = "msg_01J8M6Q4W5C8H2K9P3S7Y1A6ZE"
+USAGE = Usage(input_tokens=28, output_tokens=31, total_tokens=59)
+
+
+# --- problems ----------------------------------------------------------------------------------
+
+
+def test_every_spec_error_code_has_the_spec_status() -> None:
+    assert {code: status for code, (status, _) in PROBLEM_TYPES.items()} == SPEC_STATUSES
+
+
+def test_problem_code_type_lists_exactly_the_spec_codes() -> None:
+    assert set(get_args(ProblemCode)) == set(SPEC_STATUSES)
+
+
+@pytest.mark.parametrize("code", sorted(SPEC_STATUSES))
+def test_to_problem_gives_the_status_and_title_of_the_code(code: ProblemCode) -> None:
+    error = LmspError(code)
+    problem = error.to_problem()
+    assert (problem.type, problem.status, problem.title, problem.code) == (
+        "about:blank",
+        SPEC_STATUSES[code],
+        PROBLEM_TYPES[code][1],
+        code,
+    )
+    assert error.status == SPEC_STATUSES[code]
+
+
+def test_to_problem_matches_the_spec_example() -> None:
+    problem = LmspError(
+        "unsupported_capability", "model 'x' has no 'tools' capability", param="tools"
+    ).to_problem()
+    assert json.loads(problem.model_dump_json()) == {
+        "type": "about:blank",
+        "title": "Unsupported capability",
+        "status": 400,
+        "code": "unsupported_capability",
+        "detail": "model 'x' has no 'tools' capability",
+        "param": "tools",
+    }
+
+
+def test_to_problem_keeps_extra_fields() -> None:
+    problem = LmspError(
+        "unsupported_version", "LMSP-Version 2.0 is not served", supported_versions=["1.0"]
+    ).to_problem()
+    assert problem.model_dump() == {
+        "type": "about:blank",
+        "title": "Unsupported version",
+        "status": 400,
+        "code": "unsupported_version",
+        "detail": "LMSP-Version 2.0 is not served",
+        "param": None,
+        "supported_versions": ["1.0"],
+    }
+
+
+def test_error_headers_are_not_part_of_the_problem() -> None:
+    error = LmspError("overloaded", "queue full", headers={"Retry-After": "5"})
+    assert error.headers == {"Retry-After": "5"}
+    assert "headers" not in error.to_problem().model_dump()
+    assert "Retry-After" not in error.to_problem().model_dump_json()
+
+
+def test_error_message_is_its_detail_else_its_code() -> None:
+    assert str(LmspError("not_found", "no such path")) == "no such path"
+    assert str(LmspError("not_found")) == "not_found"
+
+
+def test_problem_refuses_an_unknown_code() -> None:
+    with pytest.raises(ValueError, match="code"):
+        Problem(title="Teapot", status=418, code="teapot")  # type: ignore[arg-type]
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+def test_to_sse_is_id_event_and_one_line_of_json_data() -> None:
+    event = ResponseEvent(id=3, data=OutputTextDelta(response_id=RID, item_id=MID, delta="Hi"))
+    assert event.to_sse() == (
+        b"id: 3\n"
+        b"event: response.output_text.delta\n"
+        b'data: {"response_id":"'
+        + RID.encode()
+        + b'","item_id":"'
+        + MID.encode()
+        + b'","delta":"Hi"}\n\n'
+    )
+
+
+def test_to_sse_data_is_one_line_when_the_delta_has_newlines() -> None:
+    delta = "line one\nline two\r\n\nend\u2028"
+    sse = ResponseEvent(id=7, data=OutputTextDelta(response_id=RID, item_id=MID, delta=delta))
+    assert b"\r" not in sse.to_sse()
+    lines = sse.to_sse().decode().split("\n")
+    assert lines[:2] == ["id: 7", "event: response.output_text.delta"]
+    assert lines[2].startswith("data: ")
+    assert lines[3:] == ["", ""]
+    assert json.loads(lines[2].removeprefix("data: "))["delta"] == delta
+
+
+def test_to_sse_keeps_null_fields() -> None:
+    item = OutputMessage(id=MID)
+    sse = ResponseEvent(id=2, data=OutputItemAdded(response_id=RID, output_index=0, item=item))
+    data = sse.to_sse().decode().split("\n")[2].removeprefix("data: ")
+    assert json.loads(data) == {
+        "response_id": RID,
+        "output_index": 0,
+        "item": {"type": "message", "id": MID, "role": "assistant", "content": []},
+    }
+
+
+def test_to_sse_of_a_failed_event_carries_the_problem() -> None:
+    problem = LmspError("generation_failed", "boom").to_problem()
+    sse = ResponseEvent(id=4, data=ResponseFailed(response_id=RID, error=problem)).to_sse()
+    head, data = sse.decode().split("\ndata: ")
+    assert head == "id: 4\nevent: response.failed"
+    assert json.loads(data) == {
+        "response_id": RID,
+        "status": "failed",
+        "error": {
+            "type": "about:blank",
+            "title": "Generation failed",
+            "status": 500,
+            "code": "generation_failed",
+            "detail": "boom",
+            "param": None,
+        },
+    }
+
+
+EVENTS = [
+    (ResponseCreated(response_id=RID), "response.created", False),
+    (
+        OutputItemAdded(response_id=RID, output_index=0, item=OutputMessage(id=MID)),
+        "response.output_item.added",
+        False,
+    ),
+    (OutputTextDelta(response_id=RID, item_id=MID, delta="x"), "response.output_text.delta", False),
+    (
+        OutputItemDone(
+            response_id=RID,
+            output_index=0,
+            item=OutputMessage(id=MID, content=[OutputText(text="x")]),
+        ),
+        "response.output_item.done",
+        False,
+    ),
+    (ResponseCompleted(response_id=RID, usage=USAGE), "response.completed", True),
+    (
+        ResponseIncomplete(
+            response_id=RID,
+            usage=USAGE,
+            incomplete_details=IncompleteDetails(reason="max_output_tokens"),
+        ),
+        "response.incomplete",
+        True,
+    ),
+    (
+        ResponseFailed(response_id=RID, error=LmspError("generation_failed").to_problem()),
+        "response.failed",
+        True,
+    ),
+    (ResponseCancelled(response_id=RID), "response.cancelled", True),
+    (StreamError(error=LmspError("internal_error").to_problem()), "error", True),
+]
+
+
+@pytest.mark.parametrize(("data", "name", "final"), EVENTS, ids=[e[1] for e in EVENTS])
+def test_event_name_and_is_final_of_each_event(data: object, name: str, final: bool) -> None:
+    event = ResponseEvent(id=1, data=data)  # type: ignore[arg-type]
+    assert (event.event, event.is_final) == (name, final)
+    assert event.to_sse().startswith(f"id: 1\nevent: {name}\ndata: ".encode())
+
+
+def test_final_events_are_the_four_final_statuses_and_error() -> None:
+    assert (
+        frozenset(
+            {
+                "response.completed",
+                "response.incomplete",
+                "response.failed",
+                "response.cancelled",
+                "error",
+            }
+        )
+        == FINAL_EVENTS
+    )
+
+
+def test_final_event_data_carries_its_status() -> None:
+    assert json.loads(ResponseCompleted(response_id=RID, usage=USAGE).model_dump_json()) == {
+        "response_id": RID,
+        "status": "completed",
+        "usage": {"input_tokens": 28, "output_tokens": 31, "total_tokens": 59},
+    }
+    assert ResponseCancelled(response_id=RID).status == "cancelled"
+    assert ResponseCreated(response_id=RID).status == "in_progress"
+
+
+# --- ids ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["resp", "msg", "fc", "call", "rs", "task"])
+def test_new_id_is_the_prefix_and_a_26_character_ulid(prefix: str) -> None:
+    value = new_id(prefix)  # type: ignore[arg-type]
+    head, _, ulid = value.partition("_")
+    assert head == prefix
+    assert ULID.match(ulid), value
+    assert len(value) == len(prefix) + 1 + 26
+
+
+def test_new_ids_are_unique_and_increasing() -> None:
+    ids = [new_id("resp") for _ in range(2000)]
+    assert len(set(ids)) == 2000
+    assert ids == sorted(ids)

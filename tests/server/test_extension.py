@@ -1,0 +1,155 @@
+"""The extension inside a Jupyter server process (pytest-jupyter), and ``jupyter lmsp``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lmsp_jupyter.engine.generation import GenerationDone, GenerationEvent
+from lmsp_jupyter.engine.llama import LlamaRunner
+from lmsp_jupyter.service.responses import ResponseService
+from tests.conftest import MODEL, start_server, stop_server
+from tests.doubles import ScriptedEngine
+from tests.server.sse import parse_sse
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}},
+        "LmspApp": {"ollama_dir": "", "huggingface_cache_dir": "", "keepalive_seconds": 0.05},
+    }
+
+
+@pytest.fixture
+def lmsp(
+    jp_serverapp: Any,
+    http_server: Any,
+    jp_http_port: int,
+    jp_base_url: str,
+    jp_auth_header: dict[str, str],
+    jp_asyncio_loop: asyncio.AbstractEventLoop,
+) -> Iterator[httpx.AsyncClient]:
+    """An HTTP client of the in-process server's LMSP endpoints, on the server's loop."""
+    base = f"http://127.0.0.1:{jp_http_port}{jp_base_url}lmsp/v1"
+    client = httpx.AsyncClient(base_url=base, headers=jp_auth_header, timeout=120)
+    yield client
+    jp_asyncio_loop.run_until_complete(client.aclose())
+
+
+def responses_service(serverapp: Any) -> ResponseService:
+    service: ResponseService = serverapp.web_app.settings["lmsp_responses"]
+    return service
+
+
+def script(serverapp: Any, engine: ScriptedEngine) -> None:
+    """Put a scripted engine behind the running server's response service."""
+    responses_service(serverapp).engine = engine  # type: ignore[assignment]
+    responses_service(serverapp).models.engine = engine  # type: ignore[assignment]
+
+
+async def test_mounted_under_the_servers_base_url(lmsp: httpx.AsyncClient, jp_base_url: str) -> None:
+    assert jp_base_url != "/"
+    response = await lmsp.get("")
+    assert response.status_code == 200
+    assert response.json()["object"] == "service"
+
+
+async def test_keep_alive_comments_while_idle(jp_serverapp: Any, lmsp: httpx.AsyncClient) -> None:
+    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], delay=0.4))
+    body = {"model": MODEL, "input": "x", "stream": True}
+    async with lmsp.stream("POST", "/responses", json=body) as response:
+        lines = [line async for line in response.aiter_lines()]
+    events, comments = parse_sse(lines)
+    assert comments and set(comments) == {": keep-alive"}
+    first_delta = lines.index("event: response.output_text.delta")
+    assert lines.index(": keep-alive") < first_delta
+    assert [e.event for e in events][-1] == "response.completed"
+
+
+async def test_failure_mid_stream_ends_with_one_response_failed(
+    jp_serverapp: Any, lmsp: httpx.AsyncClient
+) -> None:
+    script(jp_serverapp, ScriptedEngine(deltas=["a", "b", "c"], fail_after=2))
+    body = {"model": MODEL, "input": "x", "stream": True}
+    async with lmsp.stream("POST", "/responses", json=body) as response:
+        events, _ = parse_sse([line async for line in response.aiter_lines()])
+    assert [e.event for e in events] == [
+        "response.created",
+        "response.output_item.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.failed",
+    ]
+    assert [e.id for e in events] == [1, 2, 3, 4, 5]
+    assert events[-1].data["status"] == "failed"
+    assert events[-1].data["error"]["code"] == "generation_failed"
+
+
+async def test_failure_in_a_sync_request_is_generation_failed_problem(
+    jp_serverapp: Any, lmsp: httpx.AsyncClient
+) -> None:
+    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], fail_after=1))
+    response = await lmsp.post("/responses", json={"model": MODEL, "input": "x"})
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == "generation_failed"
+    assert "Traceback" not in response.text
+    script(jp_serverapp, ScriptedEngine(deltas=["ok"]))
+    after = await lmsp.post("/responses", json={"model": MODEL, "input": "x"})
+    assert after.status_code == 200
+    assert after.json()["output"][0]["content"][0]["text"] == "ok"
+
+
+async def test_disconnect_stops_generation_and_frees_the_model(
+    lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished: list[GenerationDone] = []
+    generate = LlamaRunner.generate
+
+    def recording(self: LlamaRunner, prompt: Any, params: Any, cancel: Any,
+                  emit: Callable[[GenerationEvent], None]) -> None:
+        def record(event: GenerationEvent) -> None:
+            if isinstance(event, GenerationDone):
+                finished.append(event)
+            emit(event)
+
+        generate(self, prompt, params, cancel, record)
+
+    monkeypatch.setattr(LlamaRunner, "generate", recording)
+    body = {"model": MODEL, "input": "Write a long story.", "temperature": 0,
+            "max_output_tokens": 4000, "stream": True}
+    deltas = 0
+    async with lmsp.stream("POST", "/responses", json=body) as response:
+        async for line in response.aiter_lines():
+            deltas += line == "event: response.output_text.delta"
+            if deltas == 3:
+                break
+    for _ in range(600):
+        if finished:
+            break
+        await asyncio.sleep(0.1)
+    [done] = finished
+    assert done.reason == "cancelled"
+    assert done.output_tokens < 4000
+    short = {"model": MODEL, "input": "Hi", "temperature": 0, "max_output_tokens": 2}
+    after = await lmsp.post("/responses", json=short)
+    assert after.status_code == 200
+    assert after.json()["usage"]["output_tokens"] == 2
+
+
+def test_jupyter_lmsp_runs_the_service_standalone(tmp_path: Path) -> None:
+    server = start_server(tmp_path, app="lmsp", base_url="/")
+    try:
+        with server.client() as client:
+            assert client.get("").json()["lmsp_version"] == "1.0"
+            models = client.get("/models").json()["data"]
+            assert MODEL in [m["id"] for m in models]
+    finally:
+        stop_server(server)

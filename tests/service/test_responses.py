@@ -1,0 +1,476 @@
+"""Tests of ResponseService: request checks, event streams and final responses (LMSP 1.0 6.1-6.3).
+
+The real engine runs the bundled Gemma 3 270M model, greedy and short; ``ScriptedEngine`` plays
+the failures and cancellations the real model cannot be made to hit on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, Prompt
+from lmsp_jupyter.engine.llama import LlamaTokenizer
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, fallback_template
+from lmsp_jupyter.protocol.errors import LmspError
+from lmsp_jupyter.protocol.events import (
+    FINAL_EVENTS,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    ResponseCreated,
+    ResponseEvent,
+    ResponseFailed,
+    ResponseIncomplete,
+)
+from lmsp_jupyter.protocol.items import OutputMessage, OutputText
+from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
+from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
+from lmsp_jupyter.service.models import ModelDirectory
+from lmsp_jupyter.service.responses import ResponseRun, ResponseService
+from tests.doubles import ScriptedEngine
+
+THREADS = min(os.cpu_count() or 1, 4)
+MODEL = BUNDLED_MODEL_ID
+
+CREATED = "response.created"
+ADDED = "response.output_item.added"
+DELTA = "response.output_text.delta"
+DONE = "response.output_item.done"
+
+
+def request(**fields: Any) -> ResponseRequest:
+    return parse_response_request({"model": MODEL, "input": "Hi", "temperature": 0, **fields})
+
+
+def service_of(engine: Any) -> ResponseService:
+    """A service over the bundled model's catalog, running on ``engine``."""
+    return ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
+
+
+async def events_of(
+    service: ResponseService, run: ResponseRun, cancel: CancelToken | None = None
+) -> list[ResponseEvent]:
+    return [event async for event in service.events(run, cancel or CancelToken())]
+
+
+def names(events: Sequence[ResponseEvent]) -> list[str]:
+    return [event.event for event in events]
+
+
+def deltas(events: Sequence[ResponseEvent]) -> str:
+    return "".join(e.data.delta for e in events if isinstance(e.data, OutputTextDelta))
+
+
+def done_text(events: Sequence[ResponseEvent]) -> str:
+    (done,) = [e.data for e in events if isinstance(e.data, OutputItemDone)]
+    assert isinstance(done.item, OutputMessage)
+    (part,) = done.item.content
+    return part.text
+
+
+def message_text(output: Sequence[object]) -> str:
+    (message,) = output
+    assert isinstance(message, OutputMessage)
+    (part,) = message.content
+    return part.text
+
+
+async def refusal(service: ResponseService, req: ResponseRequest) -> LmspError:
+    with pytest.raises(LmspError) as info:
+        await service.start(req)
+    return info.value
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    engine = Engine(EngineSettings(context_size=512, threads=THREADS))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def service(engine: Engine) -> ResponseService:
+    return service_of(engine)
+
+
+@pytest.fixture(scope="module")
+def small_engine() -> Iterator[Engine]:
+    """An engine whose context window is 64 tokens (only its tokenizer is ever loaded)."""
+    engine = Engine(EngineSettings(context_size=64, threads=THREADS))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def entry() -> ModelEntry:
+    return ModelCatalog(include_bundled=True).get(MODEL)
+
+
+# --- the real model ----------------------------------------------------------------------------
+
+
+async def test_stream_is_created_added_deltas_done_then_one_final_event(
+    service: ResponseService,
+) -> None:
+    run = await service.start(request(max_output_tokens=8))
+    events = await events_of(service, run)
+    count = len(events) - 4
+    assert count >= 1
+    assert names(events) == [CREATED, ADDED] + [DELTA] * count + [DONE, "response.incomplete"]
+    assert [event.is_final for event in events] == [False] * (len(events) - 1) + [True]
+    assert sum(event.event in FINAL_EVENTS for event in events) == 1
+
+
+async def test_event_ids_run_from_1_without_gaps(service: ResponseService) -> None:
+    run = await service.start(request(max_output_tokens=6))
+    events = await events_of(service, run)
+    assert [event.id for event in events] == list(range(1, len(events) + 1))
+
+
+async def test_every_event_names_the_response_and_its_one_message_item(
+    service: ResponseService,
+) -> None:
+    run = await service.start(request(max_output_tokens=6))
+    events = await events_of(service, run)
+    assert run.id.startswith("resp_")
+    assert {event.data.response_id for event in events} == {run.id}  # type: ignore[union-attr]
+    created, added = events[0].data, events[1].data
+    assert created == ResponseCreated(response_id=run.id, status="in_progress")
+    assert isinstance(added, OutputItemAdded)
+    assert added.output_index == 0
+    assert added.item == OutputMessage(id=added.item.id, content=[])
+    assert added.item.id.startswith("msg_")
+    item_ids = {e.data.item_id for e in events if isinstance(e.data, OutputTextDelta)}
+    assert item_ids == {added.item.id}
+    (done,) = [e.data for e in events if isinstance(e.data, OutputItemDone)]
+    assert (done.output_index, done.item.id) == (0, added.item.id)
+
+
+async def test_deltas_concatenate_to_the_done_item_text_and_the_complete_text(
+    service: ResponseService,
+) -> None:
+    streamed = await service.start(request(max_output_tokens=12))
+    events = await events_of(service, streamed)
+    text = deltas(events)
+    assert text != ""
+    assert done_text(events) == text
+    assert message_text(streamed.output) == text
+    response = await service.complete(await service.start(request(max_output_tokens=12)))
+    assert message_text(response.output) == text
+
+
+async def test_max_output_tokens_ends_incomplete_with_reason_max_output_tokens(
+    service: ResponseService,
+) -> None:
+    run = await service.start(request(max_output_tokens=5))
+    events = await events_of(service, run)
+    final = events[-1].data
+    assert isinstance(final, ResponseIncomplete)
+    input_tokens = len(run.prompt.tokens)
+    usage = Usage(input_tokens=input_tokens, output_tokens=5, total_tokens=input_tokens + 5)
+    assert final == ResponseIncomplete(
+        response_id=run.id,
+        status="incomplete",
+        incomplete_details=IncompleteDetails(reason="max_output_tokens"),
+        usage=usage,
+    )
+    response = run.response()
+    assert (response.status, response.usage, response.error) == ("incomplete", usage, None)
+    assert response.incomplete_details == IncompleteDetails(reason="max_output_tokens")
+
+
+async def test_complete_returns_the_final_response_object(service: ResponseService) -> None:
+    req = request(max_output_tokens=4)
+    run = await service.start(req)
+    response = await service.complete(run)
+    assert response.id == run.id
+    assert (response.object, response.model, response.status) == ("response", MODEL, "incomplete")
+    assert response.usage is not None
+    assert response.usage.output_tokens == 4
+    assert response.error is None
+    (message,) = response.output
+    assert isinstance(message, OutputMessage)
+    assert message.role == "assistant"
+    assert message.id.startswith("msg_")
+
+
+async def test_usage_input_tokens_are_the_tokenizers_count_of_the_rendered_prompt(
+    service: ResponseService, entry: ModelEntry
+) -> None:
+    messages = [
+        ChatMessage(role="system", content="Answer in one word."),
+        ChatMessage(role="user", content="What colour is the sky?"),
+    ]
+    tokenizer = LlamaTokenizer(entry.path())
+    try:
+        template = ChatTemplate(
+            fallback_template(entry.architecture),
+            bos_token=tokenizer.bos_token,
+            eos_token=tokenizer.eos_token,
+        )
+        expected = len(tokenizer.tokenize(template.render(messages)))
+    finally:
+        tokenizer.close()
+    req = request(
+        input=[{"type": "message", "role": m.role, "content": m.content} for m in messages],
+        max_output_tokens=2,
+    )
+    response = await service.complete(await service.start(req))
+    assert response.usage == Usage(
+        input_tokens=expected, output_tokens=2, total_tokens=expected + 2
+    )
+
+
+async def test_prompt_plus_max_output_tokens_over_the_context_is_context_length_exceeded(
+    small_engine: Engine, entry: ModelEntry
+) -> None:
+    service = service_of(small_engine)
+    prompt = await small_engine.render(entry, [ChatMessage(role="user", content="Hi")])
+    assert small_engine.context_length(entry) == 64
+    room = 64 - len(prompt.tokens)
+    run = await service.start(request(max_output_tokens=room))
+    assert len(run.prompt.tokens) + room == 64
+    error = await refusal(service, request(max_output_tokens=room + 1))
+    assert (error.code, error.status, error.param) == (
+        "context_length_exceeded",
+        400,
+        "max_output_tokens",
+    )
+
+
+async def test_prompt_filling_the_context_is_context_length_exceeded_naming_input(
+    small_engine: Engine,
+) -> None:
+    service = service_of(small_engine)
+    error = await refusal(service, request(input="one two three four five six seven " * 12))
+    assert (error.code, error.status, error.param) == ("context_length_exceeded", 400, "input")
+
+
+async def test_tools_are_unsupported_capability_naming_tools(service: ResponseService) -> None:
+    error = await refusal(service, request(tools=[{"type": "function", "name": "get_weather"}]))
+    assert (error.code, error.status, error.param) == ("unsupported_capability", 400, "tools")
+
+
+async def test_json_schema_response_format_is_unsupported_capability_naming_response_format(
+    service: ResponseService,
+) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    error = await refusal(service, request(response_format=fmt))
+    assert (error.code, error.status, error.param) == (
+        "unsupported_capability",
+        400,
+        "response_format",
+    )
+
+
+async def test_text_response_format_needs_no_capability(service: ResponseService) -> None:
+    run = await service.start(request(response_format={"type": "text"}))
+    assert run.status == "in_progress"
+
+
+async def test_previous_response_id_is_unsupported_capability_naming_previous_response_id(
+    service: ResponseService,
+) -> None:
+    error = await refusal(service, request(previous_response_id="resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"))
+    assert (error.code, error.status, error.param) == (
+        "unsupported_capability",
+        400,
+        "previous_response_id",
+    )
+
+
+async def test_unknown_model_is_model_not_found(service: ResponseService) -> None:
+    error = await refusal(service, request(model="nope:1b"))
+    assert (error.code, error.status, error.param) == ("model_not_found", 404, "model")
+
+
+# --- conversation items ------------------------------------------------------------------------
+
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "get_weather",
+    "arguments": '{"city": "Paris"}',
+}
+
+
+async def test_function_call_output_matching_no_call_is_invalid_request_naming_call_id() -> None:
+    service = service_of(ScriptedEngine())
+    req = request(
+        input=[
+            {"type": "message", "role": "user", "content": "Weather in Paris?"},
+            CALL,
+            {"type": "function_call_output", "call_id": "call_2", "output": "sunny"},
+        ]
+    )
+    error = await refusal(service, req)
+    assert (error.code, error.status, error.param) == ("invalid_request", 400, "input[2].call_id")
+
+
+async def test_function_call_output_before_its_call_is_invalid_request() -> None:
+    service = service_of(ScriptedEngine())
+    req = request(
+        input=[{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}, CALL]
+    )
+    error = await refusal(service, req)
+    assert (error.code, error.param) == ("invalid_request", "input[0].call_id")
+
+
+async def test_function_call_output_answering_an_earlier_call_is_accepted() -> None:
+    engine = ScriptedEngine()
+    service = service_of(engine)
+    req = request(
+        input=[
+            {"type": "message", "role": "user", "content": "Weather in Paris?"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Use the tool."}]},
+            CALL,
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        ]
+    )
+    run = await service.start(req)
+    assert run.status == "in_progress"
+    assert engine.prompts == [
+        [
+            ChatMessage(role="user", content="Weather in Paris?"),
+            ChatMessage(role="assistant", content='get_weather({"city": "Paris"})'),
+            ChatMessage(role="tool", content="sunny"),
+        ]
+    ]
+
+
+async def test_function_call_output_with_a_matching_call_runs_on_the_real_model(
+    service: ResponseService,
+) -> None:
+    req = request(
+        input=[
+            {"type": "message", "role": "user", "content": "Weather in Paris?"},
+            CALL,
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        ],
+        max_output_tokens=2,
+    )
+    response = await service.complete(await service.start(req))
+    assert response.usage is not None
+    assert response.usage.output_tokens == 2
+
+
+# --- scripted engine ---------------------------------------------------------------------------
+
+
+async def test_scripted_generation_that_stops_ends_completed() -> None:
+    engine = ScriptedEngine(deltas=("Hel", "lo"))
+    service = service_of(engine)
+    run = await service.start(request(input="a b c"))
+    events = await events_of(service, run)
+    assert names(events) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.completed"]
+    assert [e.data.delta for e in events if isinstance(e.data, OutputTextDelta)] == ["Hel", "lo"]
+    assert done_text(events) == "Hello"
+    usage = Usage(input_tokens=4, output_tokens=2, total_tokens=6)
+    assert events[-1].data.usage == usage  # type: ignore[union-attr]
+    response = run.response()
+    assert (response.status, response.usage, response.incomplete_details) == (
+        "completed",
+        usage,
+        None,
+    )
+    assert response.output == [
+        OutputMessage(id=response.output[0].id, content=[OutputText(text="Hello")])
+    ]
+
+
+async def test_failure_mid_stream_ends_with_one_response_failed_after_the_deltas() -> None:
+    service = service_of(ScriptedEngine(deltas=("Hel", "lo", "!"), fail_after=2))
+    run = await service.start(request())
+    events = await events_of(service, run)
+    assert names(events) == [CREATED, ADDED, DELTA, DELTA, "response.failed"]
+    assert deltas(events) == "Hello"
+    assert [event.id for event in events] == [1, 2, 3, 4, 5]
+    assert sum(event.is_final for event in events) == 1
+    failed = events[-1].data
+    assert isinstance(failed, ResponseFailed)
+    assert (failed.response_id, failed.status) == (run.id, "failed")
+    assert (failed.error.code, failed.error.status, failed.error.title) == (
+        "generation_failed",
+        500,
+        "Generation failed",
+    )
+    assert run.status == "failed"
+    response = run.response()
+    assert response.status == "failed"
+    assert response.error == failed.error
+
+
+async def test_failure_before_any_delta_ends_with_response_failed() -> None:
+    service = service_of(ScriptedEngine(fail_after=0))
+    run = await service.start(request())
+    events = await events_of(service, run)
+    assert names(events) == [CREATED, ADDED, "response.failed"]
+
+
+async def test_complete_of_a_failing_generation_raises_generation_failed() -> None:
+    service = service_of(ScriptedEngine(fail_after=1))
+    run = await service.start(request())
+    with pytest.raises(LmspError) as info:
+        await service.complete(run)
+    assert (info.value.code, info.value.status) == ("generation_failed", 500)
+    assert run.status == "failed"
+
+
+async def test_cancelled_token_gives_output_item_done_then_response_cancelled() -> None:
+    service = service_of(ScriptedEngine(deltas=("Hel", "lo")))
+    run = await service.start(request())
+    cancel = CancelToken()
+    cancel.cancel()
+    events = await events_of(service, run, cancel)
+    assert names(events) == [CREATED, ADDED, DONE, "response.cancelled"]
+    assert done_text(events) == ""
+    assert events[-1].data.model_dump() == {"response_id": run.id, "status": "cancelled"}
+    assert run.status == "cancelled"
+    assert run.response().status == "cancelled"
+
+
+async def test_cancel_mid_stream_keeps_the_text_so_far_then_response_cancelled() -> None:
+    service = service_of(ScriptedEngine(deltas=("Hel", "lo", "!")))
+    run = await service.start(request())
+    cancel = CancelToken()
+    events: list[ResponseEvent] = []
+    async for event in service.events(run, cancel):
+        events.append(event)
+        if event.event == DELTA:
+            cancel.cancel()
+    assert names(events) == [CREATED, ADDED, DELTA, DONE, "response.cancelled"]
+    assert done_text(events) == "Hel"
+    assert run.status == "cancelled"
+
+
+async def test_engine_error_while_rendering_is_generation_failed() -> None:
+    class Unloadable(ScriptedEngine):
+        async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
+            raise EngineError("the tokenizer of x.gguf could not be loaded")
+
+    error = await refusal(service_of(Unloadable()), request())
+    assert (error.code, error.status) == ("generation_failed", 500)
+
+
+async def test_template_refusing_the_conversation_is_invalid_request_naming_input() -> None:
+    class Refusing(ScriptedEngine):
+        async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
+            raise ChatTemplateError("Conversation roles must alternate")
+
+    error = await refusal(service_of(Refusing()), request())
+    assert (error.code, error.status, error.param, error.detail) == (
+        "invalid_request",
+        400,
+        "input",
+        "Conversation roles must alternate",
+    )
