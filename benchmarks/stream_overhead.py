@@ -384,32 +384,54 @@ def print_context(settings: Settings, args: argparse.Namespace, model_path: Path
     print(f"max tokens / rounds  : {args.tokens} / {args.rounds} (+1 warm-up each)")
 
 
-def print_table(rounds: Rounds) -> tuple[float, float]:
-    """Per-side medians; returns (ratio of end-to-end tokens/s, first-token overhead in ms)."""
+def print_table(rounds: Rounds, max_background: float) -> None:
+    """Per side: tokens generated, median tokens/s (end-to-end, decode-only) and TTFT."""
     raw, service = rounds.raw, rounds.service
     background = median(raw + service, lambda s: s.background)
     print(
         f"rounds kept: {len(raw)}, dropped for background load: {rounds.dropped}; "
         f"median background load of the kept runs: {background:.1%} of the machine"
     )
-    print(f"\n{'side':<9}{'tokens':>14}{'tok/s e2e':>12}{'tok/s decode':>14}{'TTFT ms':>10}")
+    if background > max_background:
+        print("warning: other processes kept the machine busy; these numbers are unreliable")
+    print(f"\n{'side':<9}{'tokens':>8}{'tok/s e2e':>12}{'tok/s decode':>14}{'TTFT ms':>10}")
     for name, samples in (("raw", raw), ("service", service)):
         counts = "/".join(str(count) for count in sorted({s.tokens for s in samples}))
         print(
-            f"{name:<9}{counts:>14}"
+            f"{name:<9}{counts:>8}"
             f"{median(samples, lambda s: s.tokens_per_s):>12.1f}"
             f"{median(samples, lambda s: s.decode_tokens_per_s):>14.1f}"
             f"{median(samples, lambda s: s.ttft_ms):>10.1f}"
         )
+    if {s.tokens for s in raw} != {s.tokens for s in service}:
+        print("warning: the two sides generated different numbers of tokens")
+
+
+def spread(values: list[float], spec: str) -> str:
+    """``median (quartiles low to high)`` of ``values``, each formatted with ``spec``."""
+    if len(values) < 2:
+        return format(values[0], spec)
+    low, mid, high = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{mid:{spec}} (quartiles {low:{spec}} to {high:{spec}})"
+
+
+def print_summary(rounds: Rounds) -> tuple[float, float]:
+    """Ratio and first-token overhead of the medians, and their spread over the rounds.
+
+    Returns (ratio of end-to-end tokens/s, first-token overhead in ms).
+    """
+    raw, service = rounds.raw, rounds.service
     ratio = median(service, lambda s: s.tokens_per_s) / median(raw, lambda s: s.tokens_per_s)
     decode_ratio = median(service, lambda s: s.decode_tokens_per_s) / median(
         raw, lambda s: s.decode_tokens_per_s
     )
     overhead = median(service, lambda s: s.ttft_ms) - median(raw, lambda s: s.ttft_ms)
-    if {s.tokens for s in raw} != {s.tokens for s in service}:
-        print("warning: the two sides generated different numbers of tokens")
     print(f"\nratio (service/raw) tokens/s = {ratio:.3f}   (decode-only: {decode_ratio:.3f})")
     print(f"first-token overhead = {overhead:.1f} ms")
+    pairs = list(zip(raw, service, strict=True))
+    ratios = [s.tokens_per_s / r.tokens_per_s for r, s in pairs]
+    print(f"per round: ratio {spread(ratios, '.3f')}")
+    print(f"per round: overhead ms {spread([s.ttft_ms - r.ttft_ms for r, s in pairs], '.1f')}")
     return ratio, overhead
 
 
@@ -468,7 +490,8 @@ def benchmark(args: argparse.Namespace, log_path: Path) -> None:
         finally:
             service.close()
     print(f"\nprompt tokens: raw {len(raw.prompt_tokens)}, service {service.input_tokens}")
-    ratio, overhead = print_table(rounds)
+    print_table(rounds, args.max_background / 100)
+    ratio, overhead = print_summary(rounds)
     print_targets(ratio, overhead)
 
 

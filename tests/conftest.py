@@ -43,6 +43,7 @@ class LiveServer:
     root: str
     token: str
     process: subprocess.Popen[bytes]
+    root_dir: str
 
     @property
     def lmsp(self) -> str:
@@ -56,7 +57,7 @@ class LiveServer:
 
 
 def start_server(tmp: Path, *extra: str, app: str = "server", base_url: str = "/jp/") -> LiveServer:
-    """Start a Jupyter server (``jupyter server`` or ``jupyter lmsp``) and wait until LMSP answers."""
+    """Start ``jupyter server`` (or ``jupyter lmsp``) and wait until LMSP answers."""
     port, token = free_port(), secrets.token_hex(16)
     for name in ("config", "data", "runtime", "root"):
         (tmp / name).mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,12 @@ def start_server(tmp: Path, *extra: str, app: str = "server", base_url: str = "/
     ]
     log = (tmp / "server.log").open("wb")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    server = LiveServer(root=f"http://127.0.0.1:{port}{base_url}", token=token, process=process)
+    server = LiveServer(
+        root=f"http://127.0.0.1:{port}{base_url}",
+        token=token,
+        process=process,
+        root_dir=str(tmp / "root"),
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if process.poll() is not None:

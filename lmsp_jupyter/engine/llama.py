@@ -56,7 +56,9 @@ class LlamaTokenizer:
         data = text.encode()
         capacity = len(data) + 8
         tokens = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, True)
+        count = llama_cpp.llama_tokenize(
+            self._vocab, data, len(data), tokens, capacity, False, True
+        )
         if count < 0:
             raise EngineError("the prompt could not be tokenized")
         return list(tokens[:count])
@@ -105,7 +107,7 @@ class LlamaRunner:
         reason: StopReason = "stop"
         # A full re-evaluation keeps temperature 0 deterministic: reusing a cached prefix
         # changes llama.cpp's batch shapes and with them the last bits of the logits.
-        self._llm.reset()
+        self._llm.reset()  # type: ignore[no-untyped-call]
         temperature = DEFAULT_TEMPERATURE if params.temperature is None else params.temperature
         tokens = self._llm.generate(
             prompt.tokens, temp=temperature, top_k=_TOP_K, top_p=_TOP_P, min_p=_MIN_P, reset=False

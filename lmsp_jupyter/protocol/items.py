@@ -29,7 +29,7 @@ class OutputText(_Strict):
 
 
 class ReservedPart(BaseModel):
-    """A part type LMSP 1.0 reserves for later versions; accepted by the parser, refused by policy."""
+    """A part type LMSP 1.0 reserves: parsed, then refused as ``unsupported_capability``."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-Capability = Literal["streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"]
+Capability = Literal[
+    "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
+]
 ModelCapability = Literal["streaming", "tools", "structured_output", "conversations", "reasoning"]
 Scope = Literal[
     "models:read", "responses:read", "responses:write", "tasks:read", "tasks:write", "tools:execute"

@@ -114,7 +114,9 @@ def validate_request(model: type[M], data: dict[str, Any]) -> M:
         # Of a union's alternatives, the deepest failure is the one that names the real mistake.
         error = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
         param = _param_path(data, error["loc"], error["type"])
-        raise LmspError("invalid_request", f"{param or 'body'}: {error['msg']}", param=param) from None
+        raise LmspError(
+            "invalid_request", f"{param or 'body'}: {error['msg']}", param=param
+        ) from None
 
 
 def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
@@ -141,9 +143,8 @@ def _param_path(data: Any, loc: tuple[int | str, ...], kind: str) -> str:
             path, node = f"{path}[{step}]", node[step]
         elif isinstance(node, dict) and isinstance(step, str) and step in node:
             path, node = _join(path, step), node[step]
-        elif isinstance(node, dict) and isinstance(step, str) and step != node.get("type"):
-            if _FIELD_NAME.match(step) and step not in _TYPE_NAMES:
-                path, node = _join(path, step), None
+        elif isinstance(node, dict) and isinstance(step, str) and _is_missing_field(node, step):
+            path, node = _join(path, step), None
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         path = _join(path, "type")
     return path
@@ -151,6 +152,11 @@ def _param_path(data: Any, loc: tuple[int | str, ...], kind: str) -> str:
 
 _FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _TYPE_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _is_missing_field(node: dict[str, Any], step: str) -> bool:
+    """A step naming a field absent from ``node``, not a union tag or a type name."""
+    return step != node.get("type") and bool(_FIELD_NAME.match(step)) and step not in _TYPE_NAMES
 
 
 def _join(path: str, name: str) -> str:

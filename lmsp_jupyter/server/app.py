@@ -117,4 +117,4 @@ class LmspApp(ExtensionApp):
 
 def main(argv: list[str] | None = None, **kwargs: Any) -> None:
     """``jupyter lmsp``: run the LMSP service on its own Jupyter server."""
-    LmspApp.launch_instance(argv, open_browser=False, **kwargs)
+    LmspApp.launch_instance(argv, open_browser=False, **kwargs)  # type: ignore[no-untyped-call]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.auth.decorator import allow_unauthenticated
@@ -117,17 +118,20 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         """Client errors are logged in one line; only real failures get a traceback."""
         if isinstance(value, LmspError) and value.status < 500:
-            self.log.info("%s %s → %s %s", self.request.method, self.request.path,
-                          value.status, value.code)
+            self.log.info(
+                "%s %s → %s %s", self.request.method, self.request.path, value.status, value.code
+            )
         else:
             super().log_exception(typ, value, tb)
 
     def allowed_methods(self) -> list[str]:
         """The HTTP methods this handler implements."""
-        return [verb.upper() for verb in _HTTP_VERBS
-                if getattr(type(self), verb) is not LmspHandler.__dict__[verb]]
+        return [
+            verb.upper()
+            for verb in _HTTP_VERBS
+            if getattr(type(self), verb) is not LmspHandler.__dict__[verb]
+        ]
 
-    @allow_unauthenticated
     def _method_not_allowed(self, *args: str) -> None:
         raise LmspError(
             "method_not_allowed",
@@ -135,11 +139,18 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             headers={"Allow": ", ".join(self.allowed_methods())},
         )
 
-    get = head = post = put = patch = delete = _method_not_allowed  # type: ignore[assignment]
+    # Each handler overrides the verbs it serves; the others answer 405 with ``Allow``.
+    get: Callable[..., Any]
+    head: Callable[..., Any]
+    post: Callable[..., Any]
+    put: Callable[..., Any]
+    patch: Callable[..., Any]
+    delete: Callable[..., Any]
+    get = head = post = put = patch = delete = allow_unauthenticated(_method_not_allowed)
 
 
 def _check_version(header: str | None) -> None:
-    """LMSP 1.0 section 9.1: a missing header means 1.0; another major or a later minor is refused."""
+    """LMSP 1.0 section 9.1: no header means 1.0; another major or a later minor is refused."""
     if header is None:
         return
     match = _VERSION.match(header.strip())

@@ -7,12 +7,18 @@ from urllib.parse import unquote
 from .. import __version__
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError
-from ..protocol.models import AuthInfo, Model, ModelList, ServiceDocument, ServiceInfo
+from ..protocol.models import AuthInfo, ModelList, Scope, ServiceDocument, ServiceInfo
 from ..protocol.requests import parse_response_request
 from .base import LmspHandler
 from .sse import EventStream
 
-SCOPES = ["models:read", "responses:read", "responses:write", "tasks:read", "tasks:write"]
+SCOPES: list[Scope] = [
+    "models:read",
+    "responses:read",
+    "responses:write",
+    "tasks:read",
+    "tasks:write",
+]
 
 
 class ServiceHandler(LmspHandler):
@@ -22,7 +28,7 @@ class ServiceHandler(LmspHandler):
         document = ServiceDocument(
             service=ServiceInfo(name="lmsp-jupyter", version=__version__),
             capabilities=["streaming"],
-            auth=AuthInfo(scopes=SCOPES),  # type: ignore[arg-type]
+            auth=AuthInfo(scopes=SCOPES),
         )
         self.write_model(document)
 

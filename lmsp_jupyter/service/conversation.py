@@ -18,9 +18,7 @@ def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
             messages.append(ChatMessage(role=item.role, content=item.text()))
         elif isinstance(item, FunctionCall):
             call_ids.add(item.call_id)
-            messages.append(
-                ChatMessage(role="assistant", content=f"{item.name}({item.arguments})")
-            )
+            messages.append(ChatMessage(role="assistant", content=f"{item.name}({item.arguments})"))
         elif isinstance(item, FunctionCallOutput):
             if item.call_id not in call_ids:
                 raise LmspError(

@@ -104,8 +104,11 @@ class ResponseService:
 
     def _check_capabilities(self, request: ResponseRequest, entry: ModelEntry) -> None:
         needs: list[tuple[ModelCapability, str, bool]] = [
-            ("structured_output", "response_format",
-             isinstance(request.response_format, JsonSchemaFormat)),
+            (
+                "structured_output",
+                "response_format",
+                isinstance(request.response_format, JsonSchemaFormat),
+            ),
             ("tools", "tools", bool(request.tools)),
             ("conversations", "previous_response_id", request.previous_response_id is not None),
         ]
@@ -139,8 +142,9 @@ class ResponseService:
             async for generated in self.engine.generate(run.entry, run.prompt, params, cancel):
                 if isinstance(generated, TextDelta):
                     parts.append(generated.text)
-                    yield event(OutputTextDelta(response_id=rid, item_id=message.id,
-                                                delta=generated.text))
+                    yield event(
+                        OutputTextDelta(response_id=rid, item_id=message.id, delta=generated.text)
+                    )
                 else:
                     done = generated
         except EngineError as exc:

@@ -53,7 +53,9 @@ def script(serverapp: Any, engine: ScriptedEngine) -> None:
     responses_service(serverapp).models.engine = engine  # type: ignore[assignment]
 
 
-async def test_mounted_under_the_servers_base_url(lmsp: httpx.AsyncClient, jp_base_url: str) -> None:
+async def test_mounted_under_the_servers_base_url(
+    lmsp: httpx.AsyncClient, jp_base_url: str
+) -> None:
     assert jp_base_url != "/"
     response = await lmsp.get("")
     assert response.status_code == 200
@@ -113,8 +115,13 @@ async def test_disconnect_stops_generation_and_frees_the_model(
     finished: list[GenerationDone] = []
     generate = LlamaRunner.generate
 
-    def recording(self: LlamaRunner, prompt: Any, params: Any, cancel: Any,
-                  emit: Callable[[GenerationEvent], None]) -> None:
+    def recording(
+        self: LlamaRunner,
+        prompt: Any,
+        params: Any,
+        cancel: Any,
+        emit: Callable[[GenerationEvent], None],
+    ) -> None:
         def record(event: GenerationEvent) -> None:
             if isinstance(event, GenerationDone):
                 finished.append(event)
@@ -123,8 +130,13 @@ async def test_disconnect_stops_generation_and_frees_the_model(
         generate(self, prompt, params, cancel, record)
 
     monkeypatch.setattr(LlamaRunner, "generate", recording)
-    body = {"model": MODEL, "input": "Write a long story.", "temperature": 0,
-            "max_output_tokens": 4000, "stream": True}
+    body = {
+        "model": MODEL,
+        "input": "Write a long story.",
+        "temperature": 0,
+        "max_output_tokens": 4000,
+        "stream": True,
+    }
     deltas = 0
     async with lmsp.stream("POST", "/responses", json=body) as response:
         async for line in response.aiter_lines():

@@ -85,7 +85,9 @@ def test_model_is_loaded_after_first_use(client: httpx.Client) -> None:
 # --- auth -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eDp5"}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eDp5"}]
+)
 def test_missing_or_wrong_token_is_unauthorized_with_challenge(
     live_server: LiveServer, headers: dict[str, str]
 ) -> None:
@@ -171,7 +173,9 @@ def test_non_object_body_is_invalid_request(client: httpx.Client) -> None:
 
 
 def test_unknown_field_is_invalid_request_naming_it(client: httpx.Client) -> None:
-    problem = assert_problem(client.post("/responses", json=ask(temprature=0)), 400, "invalid_request")
+    problem = assert_problem(
+        client.post("/responses", json=ask(temprature=0)), 400, "invalid_request"
+    )
     assert problem["param"] == "temprature"
 
 
@@ -190,14 +194,16 @@ def test_reserved_content_type_is_unsupported_capability(client: httpx.Client) -
 
 def test_tools_without_capability_is_unsupported_capability(client: httpx.Client) -> None:
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
-    problem = assert_problem(client.post("/responses", json=ask(tools=[tool])), 400,
-                             "unsupported_capability")
+    problem = assert_problem(
+        client.post("/responses", json=ask(tools=[tool])), 400, "unsupported_capability"
+    )
     assert problem["param"] == "tools"
 
 
 def test_unknown_model_in_request_is_model_not_found(client: httpx.Client) -> None:
-    problem = assert_problem(client.post("/responses", json=ask(model="nope")), 404,
-                             "model_not_found")
+    problem = assert_problem(
+        client.post("/responses", json=ask(model="nope")), 404, "model_not_found"
+    )
     assert problem["param"] == "model"
 
 
@@ -258,8 +264,9 @@ def test_temperature_zero_is_deterministic(client: httpx.Client) -> None:
 
 
 def test_context_length_exceeded_before_generation(client: httpx.Client) -> None:
-    problem = assert_problem(client.post("/responses", json=ask(max_output_tokens=8192)), 400,
-                             "context_length_exceeded")
+    problem = assert_problem(
+        client.post("/responses", json=ask(max_output_tokens=8192)), 400, "context_length_exceeded"
+    )
     assert problem["param"] == "max_output_tokens"
 
 
