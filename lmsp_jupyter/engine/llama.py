@@ -87,11 +87,9 @@ class LlamaRunner:
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineError(f"{path.name} could not be loaded") from exc
         self._vocab = self._llm._model.vocab
-
-    @property
-    def context_size(self) -> int:
-        """Tokens the loaded context holds."""
-        return self._llm.n_ctx()
+        # llama.cpp rounds its context up (to a multiple of 256); the window callers were
+        # promised is the one asked for, so that is the one generation keeps to.
+        self.context_size = context_size
 
     def generate(
         self,

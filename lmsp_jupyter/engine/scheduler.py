@@ -142,18 +142,20 @@ class Engine:
                 emit(exc)
 
         worker.generator.submit(job)
+        finished = False
         try:
-            while True:
+            while not finished:
                 event = await queue.get()
                 if isinstance(event, BaseException):
+                    finished = True
                     if isinstance(event, EngineError):
                         raise event
                     raise EngineError(f"model {entry.id!r} failed while generating") from event
+                finished = isinstance(event, GenerationDone)
                 yield event
-                if isinstance(event, GenerationDone):
-                    return
         finally:
-            cancel.cancel()
+            if not finished:
+                cancel.cancel()
 
     def close(self) -> None:
         """Stop every worker; running generations are cancelled at their next token."""

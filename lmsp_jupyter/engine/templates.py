@@ -83,5 +83,5 @@ class ChatTemplate:
             )
         except ChatTemplateError:
             raise
-        except TemplateError as exc:
+        except Exception as exc:  # a template is the model's code: any failure of it is refused
             raise ChatTemplateError(f"the model's chat template failed: {exc}") from None

@@ -11,7 +11,8 @@ MAX_ITEMS = 10_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "5" is not an integer and 1 is not a boolean; a wrong type is a client's mistake.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class InputText(_Strict):

@@ -17,7 +17,7 @@ _EXTENSION_KEY = re.compile(r"^(x-[A-Za-z0-9._-]+|[a-z0-9-]+(\.[a-z0-9-]+)+)$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
 class TextFormat(_Strict):
@@ -131,6 +131,15 @@ def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
                         f"content type {part.type!r} is reserved and not supported in LMSP 1.0",
                         param=f"input[{index}].content[{part_index}].type",
                     )
+    choice = request.tool_choice
+    if isinstance(choice, NamedToolChoice) and choice.name not in {
+        tool.name for tool in request.tools or []
+    }:
+        raise LmspError(
+            "invalid_request",
+            f"tool_choice names {choice.name!r}, which is not in tools",
+            param="tool_choice.name",
+        )
     return request
 
 
@@ -138,13 +147,17 @@ def _param_path(data: Any, loc: tuple[int | str, ...], kind: str) -> str:
     """The path of ``loc`` in ``data`` (``input[0].content``), skipping pydantic's union tags."""
     path = ""
     node = data
+    tag_seen = False  # a field may share its name with the tag just before it
     for step in loc:
         if isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
-            path, node = f"{path}[{step}]", node[step]
+            path, node, tag_seen = f"{path}[{step}]", node[step], False
         elif isinstance(node, dict) and isinstance(step, str) and step in node:
-            path, node = _join(path, step), node[step]
-        elif isinstance(node, dict) and isinstance(step, str) and _is_missing_field(node, step):
-            path, node = _join(path, step), None
+            path, node, tag_seen = _join(path, step), node[step], False
+        elif isinstance(node, dict) and isinstance(step, str):
+            if step == node.get("type") and not tag_seen:
+                tag_seen = True
+            elif _FIELD_NAME.match(step) and step not in _TYPE_NAMES:
+                path, node = _join(path, step), None
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         path = _join(path, "type")
     return path
@@ -152,11 +165,6 @@ def _param_path(data: Any, loc: tuple[int | str, ...], kind: str) -> str:
 
 _FIELD_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _TYPE_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
-
-
-def _is_missing_field(node: dict[str, Any], step: str) -> bool:
-    """A step naming a field absent from ``node``, not a union tag or a type name."""
-    return step != node.get("type") and bool(_FIELD_NAME.match(step)) and step not in _TYPE_NAMES
 
 
 def _join(path: str, name: str) -> str:

@@ -223,11 +223,6 @@ def test_text_deltas_concatenate_to_the_detokenized_output(
     assert done_of(events).output_tokens == len(tokens) == 12
 
 
-@pytest.mark.xfail(
-    reason="bug: llama.cpp pads n_ctx to a multiple of 256, and LlamaRunner.generate limits "
-    "output by that padded size, not the context_size it was given",
-    strict=True,
-)
 def test_generate_stops_at_the_requested_context_size(
     entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:

@@ -176,11 +176,6 @@ def test_sandbox_refuses_mutating_the_messages(source: str) -> None:
         compiled(source).render(HI)
 
 
-@pytest.mark.xfail(
-    reason="bug: ChatTemplate.render wraps only jinja2.TemplateError; the sandbox's range limit "
-    "raises OverflowError, which escapes as a non-ChatTemplateError",
-    strict=True,
-)
 def test_sandbox_range_limit_raises_chat_template_error() -> None:
     with pytest.raises(ChatTemplateError):
         compiled("{% for i in range(10 ** 9) %}{% endfor %}").render(HI)
