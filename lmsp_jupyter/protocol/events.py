@@ -139,5 +139,9 @@ class ResponseEvent:
 
     def to_sse(self) -> bytes:
         """The event as SSE bytes: ``id``, ``event`` and one line of JSON ``data``."""
-        data = self.data.model_dump_json(exclude_none=False)
-        return f"id: {self.id}\nevent: {self.event}\ndata: {data}\n\n".encode()
+        return sse_frame(self.id, self.event, self.data.model_dump_json())
+
+
+def sse_frame(event_id: int, event: str, data: str) -> bytes:
+    """One SSE event: ``id``, ``event`` and one line of JSON ``data``."""
+    return f"id: {event_id}\nevent: {event}\ndata: {data}\n\n".encode()

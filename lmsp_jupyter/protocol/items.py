@@ -119,3 +119,12 @@ class OutputReasoning(Reasoning):
 OutputItem = Annotated[
     OutputMessage | OutputFunctionCall | OutputReasoning, Field(discriminator="type")
 ]
+
+
+def as_input_item(item: OutputItem) -> InputItem:
+    """An output item as the input item that carries it into the next turn."""
+    if isinstance(item, OutputMessage):
+        return InputMessage(role="assistant", content=list(item.content))
+    if isinstance(item, OutputFunctionCall):
+        return FunctionCall.model_validate(item.model_dump())
+    return Reasoning.model_validate(item.model_dump())

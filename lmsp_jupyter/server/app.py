@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
+from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Int, List, Unicode, default
+from tornado.ioloop import PeriodicCallback
+from traitlets import Dict, Float, Int, List, Unicode, default
 
 from ..engine.catalog import (
     BUNDLED_MODEL_ID,
@@ -16,8 +19,12 @@ from ..engine.catalog import (
     default_ollama_dir,
 )
 from ..engine.scheduler import Engine, EngineSettings
+from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
+from ..service.store import IdempotencyRecords, ResponseRecords, Store, TaskRecords, now
+from ..service.tasks import TaskService
+from .auth import ScopedTokens
 from .handlers import default_handlers
 
 
@@ -71,6 +78,43 @@ class LmspApp(ExtensionApp):
         15.0, help="Idle seconds after which a stream sends a ': keep-alive' comment."
     ).tag(config=True)
 
+    store_path = Unicode(
+        help="The SQLite file of tasks, events, stored responses and idempotency keys. "
+        "Default: lmsp/lmsp.sqlite3 in the Jupyter data directory.",
+    ).tag(config=True)
+
+    max_queued_tasks = Int(
+        64, help="Tasks waiting for a model, all models together; more → 503 overloaded."
+    ).tag(config=True)
+
+    event_retention_seconds = Int(
+        3600, help="How long a finished task's events stay replayable (then 410)."
+    ).tag(config=True)
+
+    task_retention_seconds = Int(
+        86400, help="How long a finished task and its result stay (then 404)."
+    ).tag(config=True)
+
+    response_retention_seconds = Int(
+        30 * 86400, help="How long responses kept with store: true stay (then 404)."
+    ).tag(config=True)
+
+    purge_interval_seconds = Float(
+        60.0, help="How often expired events, tasks, responses and keys are purged."
+    ).tag(config=True)
+
+    tokens = List(
+        Dict(),
+        default_value=[],
+        help="Tokens besides the Jupyter server's own, each an owner of its own tasks and "
+        "responses: [{'name': 'editor', 'sha256': '<hex SHA-256 of the token>', "
+        "'scopes': ['models:read', 'responses:write']}]. Only the hash is configured.",
+    ).tag(config=True)
+
+    @default("store_path")
+    def _default_store_path(self) -> str:
+        return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
+
     @default("ollama_dir")
     def _default_ollama_dir(self) -> str:
         return str(default_ollama_dir())
@@ -95,24 +139,62 @@ class LmspApp(ExtensionApp):
                 context_size=self.context_size, threads=self.threads, batch_size=self.batch_size
             )
         )
-        models = ModelDirectory(catalog, self.engine)
+        store = Store(Path(self.store_path).expanduser())
+        models = ModelDirectory(catalog, self.engine, conversations=True)
+        responses = ResponseService(models, self.engine, ResponseRecords(store))
+        self.task_service = TaskService(
+            responses,
+            TaskRecords(store),
+            max_queued=self.max_queued_tasks,
+            event_retention_seconds=self.event_retention_seconds,
+            task_retention_seconds=self.task_retention_seconds,
+        )
+        recovered = self.task_service.recover()
+        if recovered:
+            self.log.warning("%d tasks were cut short by a restart: failed", recovered)
+        self.idempotency = IdempotencyKeys(IdempotencyRecords(store))
         self.settings.update(
             lmsp_models=models,
-            lmsp_responses=ResponseService(models, self.engine),
+            lmsp_responses=responses,
+            lmsp_tasks=self.task_service,
+            lmsp_idempotency=self.idempotency,
+            lmsp_tokens=ScopedTokens(self.tokens),
             lmsp_default_model=self.default_model,
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.keepalive_seconds,
         )
+        self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
+        self._purger.start()
+
+    async def _purge(self) -> None:
+        """Retention, off the event loop: SQLite deletes run on a worker thread."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._purge_now)
+
+    def _purge_now(self) -> None:
+        events, tasks = self.task_service.purge()
+        responses = self.task_service.responses.records
+        kept = responses.purge(now() - self.response_retention_seconds) if responses else 0
+        keys = self.idempotency.purge()
+        if events or tasks or kept or keys:
+            self.log.info(
+                "purged the events of %d tasks, %d tasks, %d responses, %d idempotency keys",
+                events,
+                tasks,
+                kept,
+                keys,
+            )
 
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes."""
         self.handlers.extend(default_handlers)
 
     async def stop_extension(self) -> None:
-        """Stop the model workers."""
-        engine: Engine | None = getattr(self, "engine", None)
-        if engine is not None:
-            engine.close()
+        """Stop the tasks, the purge and the model workers."""
+        if hasattr(self, "_purger"):
+            self._purger.stop()
+            await self.task_service.close()
+            self.engine.close()
 
 
 def main(argv: list[str] | None = None, **kwargs: Any) -> None:

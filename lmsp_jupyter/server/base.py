@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
 
 from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -14,10 +14,13 @@ from pydantic import BaseModel
 from tornado.web import HTTPError
 
 from ..protocol.errors import LmspError
-from ..protocol.models import LMSP_VERSION
+from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
+from ..service.idempotency import IdempotencyKeys, Outcome, fingerprint
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
+from ..service.tasks import TaskService
+from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?$")
 _HTTP_VERBS = ("get", "head", "post", "put", "patch", "delete")
@@ -45,11 +48,21 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             if verb in cls.__dict__:
                 setattr(cls, verb, allow_unauthenticated(cls.__dict__[verb]))
 
+    #: The scope each implemented method needs; methods absent here need only a valid token.
+    scopes: ClassVar[dict[str, Scope]] = {}
+    principal: Principal
+
     @property
     def service(self) -> ResponseService:
         """The response service of this server."""
         service: ResponseService = self.settings["lmsp_responses"]
         return service
+
+    @property
+    def tasks(self) -> TaskService:
+        """The task service of this server."""
+        tasks: TaskService = self.settings["lmsp_tasks"]
+        return tasks
 
     @property
     def models(self) -> ModelDirectory:
@@ -63,15 +76,38 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         await JupyterHandler.prepare(self)
-        if self.current_user is None:
-            raise LmspError(
-                "unauthorized",
-                "a valid bearer token is required",
-                headers={"WWW-Authenticate": 'Bearer realm="lmsp"'},
-            )
+        if self.current_user is not None:
+            self.principal = JUPYTER_USER
+        else:
+            tokens: ScopedTokens = self.settings["lmsp_tokens"]
+            principal = tokens.find(self.request.headers.get("Authorization"))
+            if principal is None:
+                raise LmspError(
+                    "unauthorized",
+                    "a valid bearer token is required",
+                    headers={"WWW-Authenticate": 'Bearer realm="lmsp"'},
+                )
+            self.principal = principal
         if not self.check_origin():
             raise LmspError("forbidden_origin", "requests from this origin are not allowed")
         _check_version(self.request.headers.get("LMSP-Version"))
+        require(self.principal, self.scopes.get(self.request.method or ""))
+
+    async def idempotent(
+        self, action: Callable[[], Awaitable[tuple[int, str]]], *, wait_if_running: bool
+    ) -> Outcome:
+        """Run a creating request under its ``Idempotency-Key``, if it has one (9.2)."""
+        keys: IdempotencyKeys = self.settings["lmsp_idempotency"]
+        outcome = await keys.once(
+            self.principal.owner,
+            self.request.headers.get("Idempotency-Key"),
+            fingerprint(self.request.path, self.request.body),
+            action,
+            wait_if_running=wait_if_running,
+        )
+        if outcome.replayed:
+            self.set_header("Idempotent-Replayed", "true")
+        return outcome
 
     def check_xsrf_cookie(self) -> None:
         """Anonymous requests get 401 in ``prepare``; only logged-in browsers need XSRF."""

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+from jupyter_server.utils import url_path_join
+
 from .. import __version__
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError
-from ..protocol.models import AuthInfo, ModelList, Scope, ServiceDocument, ServiceInfo
+from ..protocol.models import AuthInfo, ModelList, ServiceDocument, ServiceInfo
 from ..protocol.requests import parse_response_request
+from ..protocol.tasks import Task, TaskList
+from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
 from .sse import EventStream
-
-SCOPES: list[Scope] = [
-    "models:read",
-    "responses:read",
-    "responses:write",
-    "tasks:read",
-    "tasks:write",
-]
 
 
 class ServiceHandler(LmspHandler):
@@ -27,14 +23,16 @@ class ServiceHandler(LmspHandler):
     def get(self) -> None:
         document = ServiceDocument(
             service=ServiceInfo(name="lmsp-jupyter", version=__version__),
-            capabilities=["streaming"],
-            auth=AuthInfo(scopes=SCOPES),
+            capabilities=["streaming", "tasks", "conversations"],
+            auth=AuthInfo(scopes=sorted(JUPYTER_SCOPES)),
         )
         self.write_model(document)
 
 
 class ModelsHandler(LmspHandler):
     """``GET /lmsp/v1/models``: every model found on this machine."""
+
+    scopes = {"GET": "models:read"}
 
     def get(self) -> None:
         self.write_model(ModelList(data=self.models.list()))
@@ -43,6 +41,8 @@ class ModelsHandler(LmspHandler):
 class ModelHandler(LmspHandler):
     """``GET /lmsp/v1/models/{model_id}``: one model."""
 
+    scopes = {"GET": "models:read"}
+
     def get(self, model_id: str) -> None:
         self.write_model(self.models.get(unquote(model_id)))
 
@@ -50,16 +50,99 @@ class ModelHandler(LmspHandler):
 class ResponsesHandler(LmspHandler):
     """``POST /lmsp/v1/responses``: answer now, or stream the answer as SSE."""
 
+    scopes = {"POST": "responses:write"}
     _stream: EventStream | None = None
 
     async def post(self) -> None:
+        outcome = await self.idempotent(self._respond, wait_if_running=False)
+        if not self._finished:
+            self.set_status(outcome.status)
+            self.finish(outcome.body)
+
+    async def _respond(self) -> tuple[int, str]:
         request = parse_response_request(self.json_body())
-        run = await self.service.start(request)
+        run = await self.service.start(request, self.principal.owner)
         if not request.stream:
-            self.write_model(await self.service.complete(run))
-            return
+            return 200, (await self.service.complete(run)).model_dump_json()
         self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
         await self._stream.send(self.service.events(run, CancelToken()))
+        self.finish()
+        return 200, run.response().model_dump_json()
+
+    def on_connection_close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+class ResponseHandler(LmspHandler):
+    """``GET /lmsp/v1/responses/{response_id}``: a stored response."""
+
+    scopes = {"GET": "responses:read"}
+
+    def get(self, response_id: str) -> None:
+        self.write_model(self.service.stored(response_id, self.principal.owner))
+
+
+class TasksHandler(LmspHandler):
+    """``POST /lmsp/v1/tasks`` starts a task; ``GET`` lists them, newest first."""
+
+    scopes = {"GET": "tasks:read", "POST": "tasks:write"}
+
+    async def post(self) -> None:
+        owner = self.principal.owner
+
+        async def create() -> tuple[int, str]:
+            task = await self.tasks.create(self.json_body(), owner)
+            return 202, task.model_dump_json()
+
+        outcome = await self.idempotent(create, wait_if_running=True)
+        task = Task.model_validate_json(outcome.body)
+        if outcome.replayed:  # a replay shows the task as it stands now
+            task = self.tasks.get(task.id, owner)
+        self.set_header("Location", url_path_join(self.base_url, "lmsp/v1/tasks", task.id))
+        self.write_model(task, status=202)
+
+    def get(self) -> None:
+        limit = _integer(self.get_argument("limit", "20"), "limit")
+        status = self.get_argument("status", None)
+        tasks = self.tasks.list(self.principal.owner, limit, status)
+        self.write_model(TaskList(data=tasks))
+
+
+class TaskHandler(LmspHandler):
+    """``GET /lmsp/v1/tasks/{task_id}``: a task and, when final, its result."""
+
+    scopes = {"GET": "tasks:read"}
+
+    def get(self, task_id: str) -> None:
+        self.write_model(self.tasks.get(task_id, self.principal.owner))
+
+
+class TaskCancelHandler(LmspHandler):
+    """``POST /lmsp/v1/tasks/{task_id}/cancel``."""
+
+    scopes = {"POST": "tasks:write"}
+
+    def post(self, task_id: str) -> None:
+        self.write_model(self.tasks.cancel(task_id, self.principal.owner))
+
+
+class TaskEventsHandler(LmspHandler):
+    """``GET /lmsp/v1/tasks/{task_id}/events``: replay after the cursor, then live (6.4)."""
+
+    scopes = {"GET": "tasks:read"}
+    _stream: EventStream | None = None
+
+    async def get(self, task_id: str) -> None:
+        after = self.get_argument("after", None)
+        cursor = (
+            _integer(after, "after")
+            if after is not None
+            else _integer(self.request.headers.get("Last-Event-ID", "0"), "Last-Event-ID")
+        )
+        events = self.tasks.follow(task_id, self.principal.owner, cursor)
+        self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
+        await self._stream.send(events)
         self.finish()
 
     def on_connection_close(self) -> None:
@@ -76,11 +159,23 @@ class NotFoundHandler(LmspHandler):
     head = post = put = patch = delete = get
 
 
+def _integer(value: str, param: str) -> int:
+    """A non-negative integer parameter; anything else → ``invalid_request`` naming it."""
+    if not (value.isascii() and value.isdigit()):
+        raise LmspError("invalid_request", f"{param} must be a non-negative integer", param=param)
+    return int(value)
+
+
 #: The LMSP routes; the extension app puts the server's base_url before each.
 default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/?", ServiceHandler),
     (r"/lmsp/v1/models/?", ModelsHandler),
     (r"/lmsp/v1/models/(.+)", ModelHandler),
     (r"/lmsp/v1/responses/?", ResponsesHandler),
+    (r"/lmsp/v1/responses/([^/]+)", ResponseHandler),
+    (r"/lmsp/v1/tasks/?", TasksHandler),
+    (r"/lmsp/v1/tasks/([^/]+)", TaskHandler),
+    (r"/lmsp/v1/tasks/([^/]+)/cancel", TaskCancelHandler),
+    (r"/lmsp/v1/tasks/([^/]+)/events", TaskEventsHandler),
     (r"/lmsp(/.*)?", NotFoundHandler),
 ]

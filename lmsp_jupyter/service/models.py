@@ -10,9 +10,12 @@ from ..protocol.models import Model, ModelCapability
 class ModelDirectory:
     """Joins what the catalog finds on disk with what the engine has loaded."""
 
-    def __init__(self, catalog: ModelCatalog, engine: Engine) -> None:
+    def __init__(
+        self, catalog: ModelCatalog, engine: Engine, *, conversations: bool = False
+    ) -> None:
         self.catalog = catalog
         self.engine = engine
+        self.conversations = conversations
 
     def entry(self, model_id: str) -> ModelEntry:
         """The catalog entry of ``model_id``; unknown → ``model_not_found``."""
@@ -21,7 +24,7 @@ class ModelDirectory:
     def capabilities(self, entry: ModelEntry) -> list[ModelCapability]:
         """What ``entry`` can do through this service."""
         del entry  # every model streams; tools and structured output come with the decoder work
-        return ["streaming"]
+        return ["streaming", "conversations"] if self.conversations else ["streaming"]
 
     def describe(self, entry: ModelEntry) -> Model:
         """The model object of ``entry``."""

@@ -10,6 +10,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from pydantic import TypeAdapter
+
 from ..engine.catalog import ModelEntry
 from ..engine.generation import (
     CancelToken,
@@ -35,12 +37,18 @@ from ..protocol.events import (
     ResponseIncomplete,
 )
 from ..protocol.ids import new_id
-from ..protocol.items import OutputItem, OutputMessage, OutputText
+from ..protocol.items import InputItem, OutputItem, OutputMessage, OutputText, as_input_item
 from ..protocol.models import ModelCapability
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
 from .conversation import chat_messages
 from .models import ModelDirectory
+from .store import ResponseRecords
+
+#: The owner of requests made with the Jupyter server's own credentials.
+OWNER = "jupyter"
+
+_CONTEXT = TypeAdapter(list[InputItem])
 
 _INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "context_length": "context_length"}
 
@@ -52,6 +60,8 @@ class ResponseRun:
     request: ResponseRequest
     entry: ModelEntry
     prompt: Prompt
+    owner: str
+    context: list[InputItem]
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
     status: ResponseStatus = "in_progress"
@@ -77,16 +87,20 @@ class ResponseRun:
 class ResponseService:
     """Validates requests against models and runs them on the engine."""
 
-    def __init__(self, models: ModelDirectory, engine: Engine) -> None:
+    def __init__(
+        self, models: ModelDirectory, engine: Engine, records: ResponseRecords | None = None
+    ) -> None:
         self.models = models
         self.engine = engine
+        self.records = records
 
-    async def start(self, request: ResponseRequest) -> ResponseRun:
+    async def start(self, request: ResponseRequest, owner: str = OWNER) -> ResponseRun:
         """Check the request against its model and render its prompt, before any generation."""
         entry = self.models.entry(request.model)
         self._check_capabilities(request, entry)
+        context = [*self._previous(request, owner), *request.input]
         try:
-            prompt = await self.engine.render(entry, chat_messages(request.input))
+            prompt = await self.engine.render(entry, chat_messages(context))
         except ChatTemplateError as exc:
             raise LmspError("invalid_request", str(exc), param="input") from None
         except EngineError as exc:
@@ -100,7 +114,40 @@ class ResponseService:
                 f"tokens do not fit the context window of {window} tokens",
                 param="max_output_tokens" if request.max_output_tokens else "input",
             )
-        return ResponseRun(request=request, entry=entry, prompt=prompt)
+        return ResponseRun(
+            request=request, entry=entry, prompt=prompt, owner=owner, context=context
+        )
+
+    def _previous(self, request: ResponseRequest, owner: str) -> list[InputItem]:
+        """The stored input and output that ``previous_response_id`` continues."""
+        if request.previous_response_id is None or self.records is None:
+            return []
+        row = self.records.get(request.previous_response_id, owner)
+        if row is None:
+            raise LmspError(
+                "response_not_found",
+                f"no stored response {request.previous_response_id!r}",
+                param="previous_response_id",
+            )
+        response = Response.model_validate_json(row["response"])
+        return [*_CONTEXT.validate_json(row["context"]), *map(as_input_item, response.output)]
+
+    def stored(self, response_id: str, owner: str) -> Response:
+        """A response kept with ``store: true``; unknown or another owner's → 404."""
+        row = self.records.get(response_id, owner) if self.records is not None else None
+        if row is None:
+            raise LmspError("response_not_found", f"no stored response {response_id!r}")
+        return Response.model_validate_json(row["response"])
+
+    def _keep(self, run: ResponseRun) -> None:
+        assert self.records is not None
+        self.records.save(
+            response_id=run.id,
+            owner=run.owner,
+            at=run.created_at,
+            context=_CONTEXT.dump_json(run.context).decode(),
+            response=run.response().model_dump_json(),
+        )
 
     def _check_capabilities(self, request: ResponseRequest, entry: ModelEntry) -> None:
         needs: list[tuple[ModelCapability, str, bool]] = [
@@ -122,7 +169,18 @@ class ResponseService:
                 )
 
     async def events(self, run: ResponseRun, cancel: CancelToken) -> AsyncIterator[ResponseEvent]:
-        """Generate ``run``, yielding its events numbered from 1; exactly one is final."""
+        """Generate ``run``, yielding its events numbered from 1; exactly one is final.
+
+        With ``store: true`` the response is kept before its final event goes out.
+        """
+        async for event in self._generate(run, cancel):
+            if event.is_final and run.request.store and self.records is not None:
+                self._keep(run)
+            yield event
+
+    async def _generate(
+        self, run: ResponseRun, cancel: CancelToken
+    ) -> AsyncIterator[ResponseEvent]:
         sequence = itertools.count(1)
 
         def event(data: EventData) -> ResponseEvent:

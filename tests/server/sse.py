@@ -18,11 +18,16 @@ class Event:
 
 
 def parse_sse(lines: Iterable[str]) -> tuple[list[Event], list[str]]:
-    """Events and comments of a stream; every event must have an id, a name and one data line."""
+    """Events and comments of a stream; every event must have an id, a name and one data line.
+
+    The stream must open with ``retry: 2000`` (so browsers reconnect) and say it only there.
+    """
     events: list[Event] = []
     comments: list[str] = []
     fields: dict[str, str] = {}
-    for line in lines:
+    iterator = iter(lines)
+    assert [next(iterator), next(iterator)] == ["retry: 2000", ""]
+    for line in iterator:
         if line == "":
             if fields:
                 assert set(fields) == {"id", "event", "data"}, fields

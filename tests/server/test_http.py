@@ -47,7 +47,7 @@ def test_service_document_names_version_capabilities_and_scopes(client: httpx.Cl
     assert document["object"] == "service"
     assert document["lmsp_version"] == "1.0"
     assert document["service"]["name"] == "lmsp-jupyter"
-    assert document["capabilities"] == ["streaming"]
+    assert document["capabilities"] == ["streaming", "tasks", "conversations"]
     assert document["auth"] == {
         "type": "bearer",
         "scopes": ["models:read", "responses:read", "responses:write", "tasks:read", "tasks:write"],
@@ -62,7 +62,7 @@ def test_models_list_the_bundled_default(client: httpx.Client) -> None:
     assert model["format"] == "gguf"
     assert model["owned_by"] == "local"
     assert model["context_length"] == 8192
-    assert model["capabilities"] == ["streaming"]
+    assert model["capabilities"] == ["streaming", "conversations"]
     assert model["status"] in ("available", "loaded")
     assert model["size_bytes"] == 253_113_024
 

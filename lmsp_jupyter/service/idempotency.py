@@ -1,0 +1,136 @@
+"""Idempotency keys (LMSP 1.0 section 9.2): the same key and body give the first answer again."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..protocol.errors import LmspError, Problem
+from .store import IdempotencyRecords, now
+
+KEY_TTL_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer to a request: fresh, or replayed from its key."""
+
+    status: int
+    body: str
+    replayed: bool
+
+
+def fingerprint(path: str, body: bytes) -> str:
+    """What "the same request" means: the same endpoint and the same body bytes."""
+    return hashlib.sha256(path.encode() + b"\0" + body).hexdigest()
+
+
+def _check_key(key: str) -> None:
+    if not 1 <= len(key) <= 255 or not all(" " <= c <= "~" for c in key):
+        raise LmspError(
+            "invalid_request",
+            "Idempotency-Key must be 1 to 255 printable ASCII characters",
+            param="Idempotency-Key",
+        )
+
+
+class IdempotencyKeys:
+    """Runs a creating request at most once per (owner, key)."""
+
+    def __init__(self, records: IdempotencyRecords) -> None:
+        self.records = records
+        self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    async def once(
+        self,
+        owner: str,
+        key: str | None,
+        fingerprint: str,
+        action: Callable[[], Awaitable[tuple[int, str]]],
+        *,
+        wait_if_running: bool,
+    ) -> Outcome:
+        """Run ``action`` unless ``key`` already has an answer for this request.
+
+        A stored 4xx answer is raised again; while the first attempt runs, a second one waits
+        for it (``wait_if_running``) or gets ``409 idempotency_in_progress``.
+        """
+        if key is None:
+            status, body = await action()
+            return Outcome(status, body, replayed=False)
+        _check_key(key)
+        slot = (owner, key)
+        row = self.records.get(owner, key)
+        if row is not None and row["created_at"] < now() - KEY_TTL_SECONDS:
+            row = None
+        if row is not None:
+            if row["fingerprint"] != fingerprint:
+                raise LmspError(
+                    "idempotency_key_reused", "this Idempotency-Key was used with another request"
+                )
+            if row["status"] is None:
+                running = self._running.get(slot)
+                if not wait_if_running or running is None:
+                    raise LmspError(
+                        "idempotency_in_progress", "the first request with this key is running"
+                    )
+                await asyncio.shield(running)
+                row = self.records.get(owner, key)
+                if row is None or row["status"] is None:  # the first attempt failed with a 5xx
+                    raise LmspError(
+                        "idempotency_in_progress", "the first request with this key did not finish"
+                    )
+            return _replay(row["status"], row["body"])
+        return await self._first(slot, fingerprint, action)
+
+    async def _first(
+        self,
+        slot: tuple[str, str],
+        fingerprint: str,
+        action: Callable[[], Awaitable[tuple[int, str]]],
+    ) -> Outcome:
+        owner, key = slot
+        self.records.begin(owner, key, fingerprint, now())
+        done = self._running[slot] = asyncio.get_running_loop().create_future()
+        try:
+            status, body = await action()
+        except LmspError as error:
+            if error.status < 500:
+                self.records.complete(
+                    owner, key, error.status, error.to_problem().model_dump_json()
+                )
+            else:
+                self.records.forget(owner, key)
+            raise
+        except BaseException:
+            self.records.forget(owner, key)
+            raise
+        finally:
+            del self._running[slot]
+            done.set_result(None)
+        self.records.complete(owner, key, status, body)
+        return Outcome(status, body, replayed=False)
+
+    def purge(self) -> int:
+        """Forget keys older than 24 hours."""
+        return self.records.purge(now() - KEY_TTL_SECONDS)
+
+
+def _replay(status: int, body: str) -> Outcome:
+    if status >= 400:
+        problem = Problem.model_validate_json(body)
+        extra = {
+            k: v
+            for k, v in problem.model_dump().items()
+            if k not in {"type", "title", "status", "code", "detail", "param"}
+        }
+        raise LmspError(
+            problem.code,
+            problem.detail,
+            param=problem.param,
+            headers={"Idempotent-Replayed": "true"},
+            **extra,
+        )
+    return Outcome(status, body, replayed=True)

@@ -1,0 +1,283 @@
+"""Tasks: responses run in the background, per model in arrival order, their events kept.
+
+Every event is stored before it is published; followers of a running task read a shared
+in-memory list of its events (replay and live in one sequence, no gap, no duplicate), and
+followers of a finished task read the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ..engine.generation import CancelToken
+from ..protocol.errors import LmspError, Problem
+from ..protocol.events import FINAL_EVENTS, ResponseCancelled, ResponseEvent, ResponseFailed
+from ..protocol.ids import new_id
+from ..protocol.requests import parse_response_request, validate_request
+from ..protocol.responses import Response
+from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
+from .responses import ResponseRun, ResponseService
+from .store import FinalState, StoredEvent, TaskRecords, now
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 5
+
+
+class _Channel:
+    """The events of a live task, in order, for every follower."""
+
+    def __init__(self) -> None:
+        self.events: list[StoredEvent] = []
+        self._wake = asyncio.Event()
+
+    def publish(self, event: StoredEvent) -> None:
+        self.events.append(event)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    async def follow(self, after: int) -> AsyncIterator[StoredEvent]:
+        index = after
+        while True:
+            while index < len(self.events):
+                event = self.events[index]
+                index += 1
+                yield event
+                if event.event in FINAL_EVENTS:
+                    return
+            await self._wake.wait()
+
+
+@dataclass
+class _Queued:
+    task_id: str
+    run: ResponseRun
+    cancel: CancelToken = field(default_factory=CancelToken)
+
+
+class TaskService:
+    """Creates, runs, lists, cancels and replays tasks."""
+
+    def __init__(
+        self,
+        responses: ResponseService,
+        records: TaskRecords,
+        *,
+        max_queued: int = 64,
+        event_retention_seconds: int = 3600,
+        task_retention_seconds: int = 86400,
+    ) -> None:
+        self.responses = responses
+        self.records = records
+        self.max_queued = max_queued
+        self.event_retention_seconds = event_retention_seconds
+        self.task_retention_seconds = task_retention_seconds
+        self._queues: dict[str, deque[_Queued]] = {}
+        self._running: dict[str, _Queued] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._closing = False
+
+    # --- creating and running -------------------------------------------------------------
+
+    async def create(self, body: dict[str, object], owner: str) -> Task:
+        """Validate a task request like a response request, then queue it (no task on error)."""
+        task_request = validate_request(TaskRequest, body)
+        request = parse_response_request({**task_request.request, "stream": False})
+        run = await self.responses.start(request, owner)
+        if sum(len(q) for q in self._queues.values()) >= self.max_queued:
+            raise LmspError(
+                "overloaded",
+                f"{self.max_queued} tasks are already queued",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        queued = _Queued(task_id=new_id("task"), run=run)
+        self.records.insert(
+            task_id=queued.task_id,
+            owner=owner,
+            model=run.entry.id,
+            response_id=run.id,
+            request=request.model_dump_json(by_alias=True, exclude_none=True),
+            at=run.created_at,
+        )
+        self._channels[queued.task_id] = _Channel()
+        self._queues.setdefault(run.entry.id, deque()).append(queued)
+        if run.entry.id not in self._workers:
+            self._workers[run.entry.id] = asyncio.create_task(self._work(run.entry.id))
+        return self.get(queued.task_id, owner)
+
+    async def _work(self, model_id: str) -> None:
+        queue = self._queues[model_id]
+        try:
+            while queue:
+                queued = queue.popleft()
+                self._running[queued.task_id] = queued
+                try:
+                    await self._run(queued)
+                finally:
+                    del self._running[queued.task_id]
+        finally:
+            del self._workers[model_id]
+
+    async def _run(self, queued: _Queued) -> None:
+        self.records.started(queued.task_id, now())
+        try:
+            async for event in self.responses.events(queued.run, queued.cancel):
+                self._record(queued.task_id, queued.run, event)
+        except Exception:
+            log.exception("task %s failed", queued.task_id)
+            error = LmspError("internal_error", "the task failed; see the server log")
+            queued.run.status, queued.run.error = "failed", error
+            last = self.records.get(queued.task_id)
+            last_id = last["last_event_id"] if last is not None else 0
+            failed = ResponseFailed(response_id=queued.run.id, error=error.to_problem())
+            self._record(queued.task_id, queued.run, ResponseEvent(id=last_id + 1, data=failed))
+
+    def _record(self, task_id: str, run: ResponseRun, event: ResponseEvent) -> None:
+        if self._closing:  # what a stopping service cut short is failed by ``recover``
+            return
+        stored = StoredEvent(event.id, event.event, event.data.model_dump_json())
+        final = None
+        if event.is_final:
+            final = FinalState(
+                status=run.status,
+                result=run.response().model_dump_json(),
+                error=run.error.to_problem().model_dump_json() if run.error else None,
+                at=now(),
+            )
+        self.records.append(task_id, stored, final)
+        channel = self._channels.get(task_id)
+        if channel is not None:
+            channel.publish(stored)
+            if final is not None:
+                del self._channels[task_id]
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _row(self, task_id: str, owner: str) -> sqlite3.Row:
+        row = self.records.get(task_id)
+        if row is None or row["owner"] != owner:
+            raise LmspError("task_not_found", f"no task {task_id!r}")
+        return row
+
+    def get(self, task_id: str, owner: str) -> Task:
+        """A task of ``owner``; unknown, purged or another owner's → ``task_not_found``."""
+        return self._task(self._row(task_id, owner))
+
+    def list(self, owner: str, limit: int = 20, status: str | None = None) -> list[Task]:
+        """``owner``'s tasks, newest first."""
+        if not 1 <= limit <= 100:
+            raise LmspError("invalid_request", "limit must be from 1 to 100", param="limit")
+        if status is not None and status not in TaskStatus.__args__:  # type: ignore[attr-defined]
+            raise LmspError("invalid_request", f"unknown status {status!r}", param="status")
+        return [self._task(row) for row in self.records.newest(owner, limit, status)]
+
+    def _task(self, row: sqlite3.Row) -> Task:
+        return Task(
+            id=row["id"],
+            status=row["status"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            completed_at=row["completed_at"],
+            response_id=row["response_id"],
+            last_event_id=row["last_event_id"],
+            result=Response.model_validate_json(row["result"]) if row["result"] else None,
+            error=Problem.model_validate_json(row["error"]) if row["error"] else None,
+            queue_position=self._queue_position(row["id"], row["model"]),
+        )
+
+    def _queue_position(self, task_id: str, model_id: str) -> int | None:
+        for position, queued in enumerate(self._queues.get(model_id, ()), start=1):
+            if queued.task_id == task_id:
+                return position
+        return None
+
+    def follow(self, task_id: str, owner: str, after: int) -> AsyncIterator[StoredEvent]:
+        """The task's events after ``after``: stored ones, then live ones until the final one.
+
+        Unknown task and expired history are refused here, before any event is sent.
+        """
+        row = self._row(task_id, owner)
+        if row["events_expired"] and after < row["last_event_id"]:
+            raise LmspError(
+                "event_history_expired",
+                f"the events of {task_id!r} are past their retention; GET the task instead",
+            )
+        channel = self._channels.get(task_id)
+        if channel is not None:
+            return channel.follow(after)
+        return self._stored_events(task_id, after)
+
+    async def _stored_events(self, task_id: str, after: int) -> AsyncIterator[StoredEvent]:
+        while events := self.records.events_after(task_id, after):
+            for event in events:
+                yield event
+            after = events[-1].id
+
+    # --- cancelling, recovering, purging ----------------------------------------------------
+
+    def cancel(self, task_id: str, owner: str) -> Task:
+        """Stop a task: a running one after its current token; a final one stays as it is."""
+        row = self._row(task_id, owner)
+        if row["status"] in FINAL_TASK_STATUSES:
+            return self._task(row)
+        running = self._running.get(task_id)
+        if running is not None:
+            running.cancel.cancel()
+            return self._task(row)
+        queue = self._queues.get(row["model"], deque())
+        queued = next(q for q in queue if q.task_id == task_id)
+        queue.remove(queued)
+        queued.run.status = "cancelled"
+        cancelled = ResponseCancelled(response_id=queued.run.id)
+        self._record(task_id, queued.run, ResponseEvent(id=1, data=cancelled))
+        return self.get(task_id, owner)
+
+    def recover(self) -> int:
+        """After a restart: tasks that were queued or running fail with ``service_restarted``."""
+        rows = self.records.unfinished()
+        for row in rows:
+            error = LmspError("service_restarted", "the service stopped while the task ran")
+            response = Response(
+                id=row["response_id"],
+                created_at=row["created_at"],
+                status="failed",
+                model=row["model"],
+                error=error.to_problem(),
+            )
+            failed = ResponseFailed(response_id=row["response_id"], error=error.to_problem())
+            stored = StoredEvent(
+                row["last_event_id"] + 1, "response.failed", failed.model_dump_json()
+            )
+            final = FinalState(
+                status="failed",
+                result=response.model_dump_json(),
+                error=error.to_problem().model_dump_json(),
+                at=now(),
+            )
+            self.records.append(row["id"], stored, final)
+        return len(rows)
+
+    def purge(self, at: int | None = None) -> tuple[int, int]:
+        """Drop expired events, then expired tasks; returns how many of each."""
+        moment = now() if at is None else at
+        return self.records.purge(
+            events_before=moment - self.event_retention_seconds,
+            tasks_before=moment - self.task_retention_seconds,
+        )
+
+    async def close(self) -> None:
+        """Stop running and queued tasks; the next start fails them as ``service_restarted``."""
+        self._closing = True
+        for queued in self._running.values():
+            queued.cancel.cancel()
+        for queue in self._queues.values():
+            queue.clear()
+        workers = list(self._workers.values())
+        if workers:
+            await asyncio.wait(workers, timeout=10)
