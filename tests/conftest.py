@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -16,10 +17,14 @@ import httpx
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 MODEL = BUNDLED_MODEL_ID
+#: Configured tokens of the live server: one that may only list models, one with every scope.
+READER_TOKEN = "reader-secret-token"
+EDITOR_TOKEN = "editor-secret-token"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,11 +61,18 @@ class LiveServer:
         return httpx.Client(base_url=self.lmsp, headers=headers, timeout=120, **kwargs)  # type: ignore[arg-type]
 
 
-def start_server(tmp: Path, *extra: str, app: str = "server", base_url: str = "/jp/") -> LiveServer:
+def start_server(
+    tmp: Path,
+    *extra: str,
+    app: str = "server",
+    base_url: str = "/jp/",
+    config: dict[str, object] | None = None,
+) -> LiveServer:
     """Start ``jupyter server`` (or ``jupyter lmsp``) and wait until LMSP answers."""
     port, token = free_port(), secrets.token_hex(16)
     for name in ("config", "data", "runtime", "root"):
         (tmp / name).mkdir(parents=True, exist_ok=True)
+    (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config or {}))
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(tmp / "config"),
@@ -116,7 +128,11 @@ def stop_server(server: LiveServer) -> None:
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One ``jupyter server`` for the session, mounted under base_url ``/jp/``."""
-    server = start_server(tmp_path_factory.mktemp("live"))
+    tokens = [
+        {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
+        {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
+    ]
+    server = start_server(tmp_path_factory.mktemp("live"), config={"LmspApp": {"tokens": tokens}})
     yield server
     stop_server(server)
 

@@ -88,8 +88,13 @@ class TaskService:
     async def create(self, body: dict[str, object], owner: str) -> Task:
         """Validate a task request like a response request, then queue it (no task on error)."""
         task_request = validate_request(TaskRequest, body)
-        request = parse_response_request({**task_request.request, "stream": False})
-        run = await self.responses.start(request, owner)
+        try:
+            request = parse_response_request({**task_request.request, "stream": False})
+            run = await self.responses.start(request, owner)
+        except LmspError as error:  # name the field as the client sent it, inside "request"
+            if error.param is not None:
+                error.param = f"request.{error.param}"
+            raise
         if sum(len(q) for q in self._queues.values()) >= self.max_queued:
             raise LmspError(
                 "overloaded",

@@ -1,0 +1,99 @@
+"""Retention, overload and restarts, each on a server of its own (real model)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.server.test_http import assert_problem
+from tests.server.test_tasks import events, start, wait_for_events
+
+
+@pytest.fixture
+def short_retention(tmp_path: Path) -> Iterator[LiveServer]:
+    config = {
+        "LmspApp": {
+            "event_retention_seconds": 1,
+            "task_retention_seconds": 4,
+            "purge_interval_seconds": 0.2,
+            "max_queued_tasks": 1,
+        }
+    }
+    server = start_server(tmp_path, config=config)
+    yield server
+    stop_server(server)
+
+
+def test_events_expire_before_the_task_which_then_is_gone(short_retention: LiveServer) -> None:
+    with short_retention.client() as client:
+        task = start(client, tokens=2)
+        received = events(client, task["id"])
+        for _ in range(200):
+            response = client.get(f"/tasks/{task['id']}/events")
+            if response.status_code != 200:
+                break
+            time.sleep(0.1)
+        assert_problem(response, 410, "event_history_expired")
+        kept = client.get(f"/tasks/{task['id']}")
+        assert kept.status_code == 200
+        assert kept.json()["last_event_id"] == len(received)
+        assert events(client, task["id"], params={"after": len(received)}) == []
+        for _ in range(200):
+            response = client.get(f"/tasks/{task['id']}")
+            if response.status_code != 200:
+                break
+            time.sleep(0.1)
+        assert_problem(response, 404, "task_not_found")
+
+
+def test_a_full_queue_is_overloaded_with_retry_after(short_retention: LiveServer) -> None:
+    with short_retention.client() as client:
+        running = start(client, prompt="Write a long story.", tokens=2000)
+        wait_for_events(client, running["id"], 3)
+        queued = start(client, tokens=2)
+        body = {
+            "type": "response",
+            "request": {"model": MODEL, "input": "x", "max_output_tokens": 1},
+        }
+        response = client.post("/tasks", json=body)
+        assert_problem(response, 503, "overloaded")
+        assert response.headers["retry-after"] == "5"
+        client.post(f"/tasks/{running['id']}/cancel")
+        events(client, queued["id"])
+        assert client.post("/tasks", json=body).status_code == 202
+
+
+def test_a_killed_service_keeps_its_tasks_and_fails_the_running_one(tmp_path: Path) -> None:
+    store = tmp_path / "lmsp.sqlite3"
+    config = {"LmspApp": {"store_path": str(store)}}
+    server = start_server(tmp_path / "first", config=config)
+    with server.client() as client:
+        finished = start(client, tokens=4)
+        finished_events = events(client, finished["id"])
+        running = start(client, prompt="Write a long story.", tokens=3000)
+        before = wait_for_events(client, running["id"], 8)
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait()
+
+    again = start_server(tmp_path / "second", config=config)
+    try:
+        with again.client() as client:
+            assert events(client, finished["id"]) == finished_events
+            task = client.get(f"/tasks/{running['id']}").json()
+            assert task["status"] == "failed"
+            assert task["error"]["code"] == "service_restarted"
+            assert task["result"]["status"] == "failed"
+            replay = events(client, running["id"])
+            assert [e.id for e in replay] == list(range(1, len(replay) + 1))
+            assert len(replay) >= before["last_event_id"] + 1
+            assert replay[-1].event == "response.failed"
+            assert replay[-1].data["error"]["code"] == "service_restarted"
+            assert sum(e.event.startswith("response.failed") for e in replay) == 1
+            assert task["last_event_id"] == len(replay)
+    finally:
+        stop_server(again)
