@@ -35,7 +35,16 @@ class ScriptedEngine:
     def is_loaded(self, model_id: str) -> bool:
         return False
 
-    async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
+    def thinks(self, entry: ModelEntry) -> bool:
+        return False
+
+    async def render(
+        self,
+        entry: ModelEntry,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[object] = (),
+        grammar: str | None = None,
+    ) -> Prompt:
         self.prompts.append(messages)
         text = "\n".join(m.content for m in messages)
         return Prompt(text=text, tokens=list(range(len(text.split()) + 1)))

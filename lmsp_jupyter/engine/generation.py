@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -13,6 +13,35 @@ class ChatMessage:
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str
+    #: An assistant turn's calls: ``{"id", "type": "function", "function": {"name", "arguments"}}``.
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    #: A tool turn's answer to this call id.
+    tool_call_id: str | None = None
+
+    def as_template_dict(self) -> dict[str, Any]:
+        """The message as chat templates expect it (the Hugging Face convention)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = list(self.tool_calls)
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call, as chat templates see it."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+
+    def as_template_dict(self) -> dict[str, Any]:
+        """The tool in the OpenAI-style shape templates iterate over."""
+        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            function["description"] = self.description
+        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)
@@ -29,6 +58,8 @@ class SamplingParams:
 
     max_tokens: int
     temperature: float | None = None
+    #: A GBNF grammar (llama.cpp's format) every generated token must keep to.
+    grammar: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +82,10 @@ class GenerationDone:
 
 
 GenerationEvent = TextDelta | GenerationDone
+
+
+class GrammarError(ValueError):
+    """llama.cpp cannot compile a grammar."""
 
 
 class EngineError(Exception):

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
+from llama_cpp.llama_grammar import LlamaGrammar
 
 from .generation import (
     CancelToken,
     EngineError,
+    GrammarError,
     GenerationDone,
     GenerationEvent,
     Prompt,
@@ -63,6 +65,13 @@ class LlamaTokenizer:
             raise EngineError("the prompt could not be tokenized")
         return list(tokens[:count])
 
+    def check_grammar(self, grammar: str) -> None:
+        """Compile a GBNF grammar against this vocabulary; one llama.cpp refuses raises."""
+        sampler = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
+        if not sampler:
+            raise GrammarError("llama.cpp cannot compile the grammar")
+        llama_cpp.llama_sampler_free(sampler)
+
     def close(self) -> None:
         """Free the vocabulary."""
         if self._model:
@@ -107,8 +116,15 @@ class LlamaRunner:
         # changes llama.cpp's batch shapes and with them the last bits of the logits.
         self._llm.reset()  # type: ignore[no-untyped-call]
         temperature = DEFAULT_TEMPERATURE if params.temperature is None else params.temperature
+        grammar = LlamaGrammar.from_string(params.grammar) if params.grammar else None
         tokens = self._llm.generate(
-            prompt.tokens, temp=temperature, top_k=_TOP_K, top_p=_TOP_P, min_p=_MIN_P, reset=False
+            prompt.tokens,
+            temp=temperature,
+            top_k=_TOP_K,
+            top_p=_TOP_P,
+            min_p=_MIN_P,
+            reset=False,
+            grammar=grammar,
         )
         if cancel.cancelled:
             reason = "cancelled"

@@ -19,9 +19,10 @@ from .generation import (
     GenerationEvent,
     Prompt,
     SamplingParams,
+    ToolSpec,
 )
 from .llama import LlamaRunner, LlamaTokenizer
-from .templates import ChatTemplate, fallback_template
+from .templates import THINK_OPEN, ChatTemplate, fallback_template
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +52,22 @@ class _ModelWorker:
     def loaded(self) -> bool:
         return self._runner is not None
 
-    def render(self, messages: Sequence[ChatMessage]) -> Prompt:
-        """Render and tokenize; runs on the tokenizer thread."""
+    def render(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], grammar: str | None
+    ) -> Prompt:
+        """Render, tokenize and check the grammar; runs on the tokenizer thread."""
         if self._template is None:
             tokenizer = LlamaTokenizer(self.entry.path())
-            source = self.entry.chat_template or fallback_template(self.entry.architecture)
             template = ChatTemplate(
-                source, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token
+                template_source(self.entry),
+                bos_token=tokenizer.bos_token,
+                eos_token=tokenizer.eos_token,
             )
             self._template = (template, tokenizer)
         template, tokenizer = self._template
-        text = template.render(messages)
+        if grammar is not None:
+            tokenizer.check_grammar(grammar)
+        text = template.render(messages, tools)
         return Prompt(text=text, tokens=tokenizer.tokenize(text))
 
     def runner(self) -> LlamaRunner:
@@ -79,6 +85,11 @@ class _ModelWorker:
     def shutdown(self) -> None:
         self.generator.shutdown(wait=False, cancel_futures=True)
         self.tokenizer.shutdown(wait=False, cancel_futures=True)
+
+
+def template_source(entry: ModelEntry) -> str:
+    """The chat template of ``entry``: its GGUF's own, or the fallback for its architecture."""
+    return entry.chat_template or fallback_template(entry.architecture)
 
 
 def context_length(entry: ModelEntry, settings: EngineSettings) -> int:
@@ -112,11 +123,22 @@ class Engine:
         worker = self._workers.get(model_id)
         return worker is not None and worker.loaded
 
-    async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
-        """The model's prompt for ``messages`` through its chat template, tokenized."""
+    def thinks(self, entry: ModelEntry) -> bool:
+        """Whether ``entry``'s template has reasoning between ``<think>`` tags."""
+        return THINK_OPEN in template_source(entry)
+
+    async def render(
+        self,
+        entry: ModelEntry,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        grammar: str | None = None,
+    ) -> Prompt:
+        """The model's prompt for ``messages`` (and ``tools``) through its chat template,
+        tokenized; a ``grammar`` llama.cpp cannot compile raises ``GrammarError``."""
         worker = self._worker(entry)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(worker.tokenizer, worker.render, messages)
+        return await loop.run_in_executor(worker.tokenizer, worker.render, messages, tools, grammar)
 
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .generation import ChatMessage
+from .generation import ChatMessage, ToolSpec
 
 # Whitespace control (``-``) is used only where no newline of the format sits beside a tag.
 GEMMA_TEMPLATE = (
@@ -65,6 +65,7 @@ class ChatTemplate:
         )
         env.filters["tojson"] = _tojson
         env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+        self.source = source
         try:
             self._template = env.from_string(source)
         except TemplateError as exc:
@@ -72,16 +73,75 @@ class ChatTemplate:
         self._bos_token = bos_token
         self._eos_token = eos_token
 
-    def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
-        """The prompt text for ``messages``, ready for the model to continue."""
+    @property
+    def supports_tools(self) -> bool:
+        """Whether the template renders a ``tools`` list itself."""
+        return "tools" in self.source
+
+    @property
+    def supports_reasoning(self) -> bool:
+        """Whether the model was trained to think between ``<think>`` tags."""
+        return THINK_OPEN in self.source
+
+    def render(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The prompt text for ``messages``, ready for the model to continue.
+
+        Tools go through the template when it knows them; otherwise a system turn describes
+        them and the Hermes ``<tool_call>`` format the model should answer in.
+        """
+        if tools and not self.supports_tools:
+            messages = _with_tool_instructions(messages, tools)
+        variables: dict[str, Any] = {}
+        if tools and self.supports_tools:
+            variables["tools"] = [tool.as_template_dict() for tool in tools]
         try:
             return self._template.render(
-                messages=[{"role": m.role, "content": m.content} for m in messages],
+                messages=[_plain(m, self.supports_tools) for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self._bos_token,
                 eos_token=self._eos_token,
+                **variables,
             )
         except ChatTemplateError:
             raise
         except Exception as exc:  # a template is the model's code: any failure of it is refused
             raise ChatTemplateError(f"the model's chat template failed: {exc}") from None
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def _with_tool_instructions(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+) -> list[ChatMessage]:
+    listing = "\n".join(json.dumps(tool.as_template_dict(), ensure_ascii=False) for tool in tools)
+    instructions = (
+        "You may call these functions:\n"
+        f"{listing}\n"
+        "To call one, answer only with "
+        f'{TOOL_CALL_OPEN}{{"name": <function name>, "arguments": <arguments object>}}'
+        f"{TOOL_CALL_CLOSE}"
+    )
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        merged = ChatMessage(role="system", content=f"{first.content}\n\n{instructions}")
+        return [merged, *messages[1:]]
+    return [ChatMessage(role="system", content=instructions), *messages]
+
+
+def _plain(message: ChatMessage, native_tools: bool) -> dict[str, Any]:
+    """A message for the template; calls become Hermes text where the template has no tools."""
+    if native_tools or not message.tool_calls:
+        return message.as_template_dict()
+    calls = "".join(
+        f"{TOOL_CALL_OPEN}{json.dumps(call['function'], ensure_ascii=False)}{TOOL_CALL_CLOSE}"
+        for call in message.tool_calls
+    )
+    return {"role": message.role, "content": message.content + calls}

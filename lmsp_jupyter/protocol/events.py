@@ -35,6 +35,22 @@ class OutputTextDelta(BaseModel):
     delta: str
 
 
+class ReasoningSummaryTextDelta(BaseModel):
+    """``response.reasoning_summary_text.delta``: text appended to a reasoning item."""
+
+    response_id: str
+    item_id: str
+    delta: str
+
+
+class FunctionCallArgumentsDelta(BaseModel):
+    """``response.function_call_arguments.delta``: text appended to a call's arguments."""
+
+    response_id: str
+    item_id: str
+    delta: str
+
+
 class OutputItemDone(BaseModel):
     """``response.output_item.done``: an output item is complete."""
 
@@ -85,6 +101,8 @@ EventData = (
     ResponseCreated
     | OutputItemAdded
     | OutputTextDelta
+    | ReasoningSummaryTextDelta
+    | FunctionCallArgumentsDelta
     | OutputItemDone
     | ResponseCompleted
     | ResponseIncomplete
@@ -98,6 +116,8 @@ EVENT_NAMES: dict[type[BaseModel], str] = {
     ResponseCreated: "response.created",
     OutputItemAdded: "response.output_item.added",
     OutputTextDelta: "response.output_text.delta",
+    ReasoningSummaryTextDelta: "response.reasoning_summary_text.delta",
+    FunctionCallArgumentsDelta: "response.function_call_arguments.delta",
     OutputItemDone: "response.output_item.done",
     ResponseCompleted: "response.completed",
     ResponseIncomplete: "response.incomplete",

@@ -23,7 +23,9 @@ class ServiceHandler(LmspHandler):
     def get(self) -> None:
         document = ServiceDocument(
             service=ServiceInfo(name="lmsp-jupyter", version=__version__),
-            capabilities=["streaming", "tasks", "conversations"],
+            capabilities=[
+                "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
+            ],
             auth=AuthInfo(scopes=sorted(JUPYTER_SCOPES)),
         )
         self.write_model(document)
@@ -177,5 +179,6 @@ default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/tasks/([^/]+)", TaskHandler),
     (r"/lmsp/v1/tasks/([^/]+)/cancel", TaskCancelHandler),
     (r"/lmsp/v1/tasks/([^/]+)/events", TaskEventsHandler),
+    (r"/lmsp/v1/openapi.json", __import__("lmsp_jupyter.server.openapi", fromlist=["x"]).OpenApiHandler),  # TEMP-OPENAPI
     (r"/lmsp(/.*)?", NotFoundHandler),
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from ..engine.generation import ChatMessage
 from ..protocol.errors import LmspError
@@ -10,7 +12,10 @@ from ..protocol.items import FunctionCall, FunctionCallOutput, InputItem, InputM
 
 
 def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
-    """The conversation as chat turns; a tool output must answer an earlier call."""
+    """The conversation as chat turns; a tool output must answer an earlier call.
+
+    Consecutive calls become one assistant turn with several ``tool_calls``.
+    """
     messages: list[ChatMessage] = []
     call_ids: set[str] = set()
     for index, item in enumerate(items):
@@ -18,7 +23,16 @@ def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
             messages.append(ChatMessage(role=item.role, content=item.text()))
         elif isinstance(item, FunctionCall):
             call_ids.add(item.call_id)
-            messages.append(ChatMessage(role="assistant", content=f"{item.name}({item.arguments})"))
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": _arguments(item.arguments)},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last.role == "assistant" and last.tool_calls:
+                messages[-1] = ChatMessage("assistant", last.content, (*last.tool_calls, call))
+            else:
+                messages.append(ChatMessage("assistant", "", (call,)))
         elif isinstance(item, FunctionCallOutput):
             if item.call_id not in call_ids:
                 raise LmspError(
@@ -26,5 +40,13 @@ def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
                     f"function_call_output {item.call_id!r} matches no earlier function_call",
                     param=f"input[{index}].call_id",
                 )
-            messages.append(ChatMessage(role="tool", content=item.output))
+            messages.append(ChatMessage("tool", item.output, tool_call_id=item.call_id))
     return messages
+
+
+def _arguments(arguments: str) -> Any:
+    """Templates expect the arguments as an object; keep text that is not JSON as it is."""
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments

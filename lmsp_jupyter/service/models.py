@@ -23,8 +23,12 @@ class ModelDirectory:
 
     def capabilities(self, entry: ModelEntry) -> list[ModelCapability]:
         """What ``entry`` can do through this service."""
-        del entry  # every model streams; tools and structured output come with the decoder work
-        return ["streaming", "conversations"] if self.conversations else ["streaming"]
+        capabilities: list[ModelCapability] = ["streaming", "tools", "structured_output"]
+        if self.conversations:
+            capabilities.append("conversations")
+        if self.engine.thinks(entry):
+            capabilities.append("reasoning")
+        return capabilities
 
     def describe(self, entry: ModelEntry) -> Model:
         """The model object of ``entry``."""

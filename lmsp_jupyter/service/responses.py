@@ -1,11 +1,12 @@
 """Responses: a request becomes ordered, numbered LMSP events and a final response object.
 
-A direct stream, a synchronous reply and (later) a task all run ``ResponseRun.events``.
+A direct stream, a synchronous reply and a task all run ``ResponseService.events``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -17,18 +18,16 @@ from ..engine.generation import (
     CancelToken,
     EngineError,
     GenerationDone,
+    GrammarError,
     Prompt,
     SamplingParams,
     TextDelta,
 )
 from ..engine.scheduler import Engine
-from ..engine.templates import ChatTemplateError
+from ..engine.templates import THINK_OPEN, ChatTemplateError
 from ..protocol.errors import LmspError
 from ..protocol.events import (
     EventData,
-    OutputItemAdded,
-    OutputItemDone,
-    OutputTextDelta,
     ResponseCancelled,
     ResponseCompleted,
     ResponseCreated,
@@ -37,13 +36,16 @@ from ..protocol.events import (
     ResponseIncomplete,
 )
 from ..protocol.ids import new_id
-from ..protocol.items import InputItem, OutputItem, OutputMessage, OutputText, as_input_item
+from ..protocol.items import InputItem, OutputFunctionCall, OutputItem, as_input_item
 from ..protocol.models import ModelCapability
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
 from .conversation import chat_messages
+from .decoding import DecodingPlan, plan
 from .models import ModelDirectory
+from .output import ContentMode, OutputBuilder
 from .store import ResponseRecords
+from .toolcalls import valid
 
 #: The owner of requests made with the Jupyter server's own credentials.
 OWNER = "jupyter"
@@ -62,6 +64,7 @@ class ResponseRun:
     prompt: Prompt
     owner: str
     context: list[InputItem]
+    plan: DecodingPlan
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
     status: ResponseStatus = "in_progress"
@@ -99,10 +102,16 @@ class ResponseService:
         entry = self.models.entry(request.model)
         self._check_capabilities(request, entry)
         context = [*self._previous(request, owner), *request.input]
+        decoding = plan(request)
         try:
-            prompt = await self.engine.render(entry, chat_messages(context))
+            prompt = await self.engine.render(
+                entry, chat_messages(context), decoding.tools, decoding.grammar
+            )
         except ChatTemplateError as exc:
             raise LmspError("invalid_request", str(exc), param="input") from None
+        except GrammarError as exc:
+            param = "response_format" if decoding.schema is not None else "tools"
+            raise LmspError("invalid_request", str(exc), param=param) from None
         except EngineError as exc:
             raise LmspError("generation_failed", str(exc)) from None
         window = self.engine.context_length(entry)
@@ -115,7 +124,7 @@ class ResponseService:
                 param="max_output_tokens" if request.max_output_tokens else "input",
             )
         return ResponseRun(
-            request=request, entry=entry, prompt=prompt, owner=owner, context=context
+            request=request, entry=entry, prompt=prompt, owner=owner, context=context, plan=decoding
         )
 
     def _previous(self, request: ResponseRequest, owner: str) -> list[InputItem]:
@@ -186,39 +195,46 @@ class ResponseService:
         def event(data: EventData) -> ResponseEvent:
             return ResponseEvent(id=next(sequence), data=data)
 
-        rid = run.id
-        yield event(ResponseCreated(response_id=rid))
-        message = OutputMessage(id=new_id("msg"))
-        yield event(OutputItemAdded(response_id=rid, output_index=0, item=message))
+        yield event(ResponseCreated(response_id=run.id))
+        output = OutputBuilder(
+            run.id,
+            run.plan.mode,
+            tools=run.plan.callable_tools,
+            reasoning=self.engine.thinks(run.entry),
+            thinking_open=run.prompt.text.rstrip().endswith(THINK_OPEN),
+        )
         params = SamplingParams(
             max_tokens=run.request.max_output_tokens or self.engine.context_length(run.entry),
             temperature=run.request.temperature,
+            grammar=run.plan.grammar,
         )
-        parts: list[str] = []
         done: GenerationDone | None = None
         try:
             async for generated in self.engine.generate(run.entry, run.prompt, params, cancel):
                 if isinstance(generated, TextDelta):
-                    parts.append(generated.text)
-                    yield event(
-                        OutputTextDelta(response_id=rid, item_id=message.id, delta=generated.text)
-                    )
+                    for data in output.feed(generated.text):
+                        yield event(data)
                 else:
                     done = generated
         except EngineError as exc:
-            run.status = "failed"
             run.error = LmspError("generation_failed", str(exc))
-            yield event(ResponseFailed(response_id=rid, error=run.error.to_problem()))
+        if done is not None:  # a failed generation leaves its items unfinished
+            for data in output.finish():
+                yield event(data)
+        run.output = list(output.items)
+        if done is not None:
+            run.usage = Usage(
+                input_tokens=done.prompt_tokens,
+                output_tokens=done.output_tokens,
+                total_tokens=done.prompt_tokens + done.output_tokens,
+            )
+            if done.reason == "stop":
+                run.error = _breach(run.plan, output)
+        if run.error is not None:
+            run.status = "failed"
+            yield event(ResponseFailed(response_id=run.id, error=run.error.to_problem()))
             return
         assert done is not None
-        message = OutputMessage(id=message.id, content=[OutputText(text="".join(parts))])
-        run.output = [message]
-        yield event(OutputItemDone(response_id=rid, output_index=0, item=message))
-        run.usage = Usage(
-            input_tokens=done.prompt_tokens,
-            output_tokens=done.output_tokens,
-            total_tokens=done.prompt_tokens + done.output_tokens,
-        )
         yield event(self._final(run, done))
 
     @staticmethod
@@ -243,3 +259,27 @@ class ResponseService:
         if run.error is not None:
             raise run.error
         return run.response()
+
+
+def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
+    """A complete output that breaks its contract (the grammar should make this impossible)."""
+    problems: list[str] = []
+    if decoding.schema is not None:
+        text = output.message_text or ""
+        try:
+            if not valid(json.loads(text), decoding.schema):
+                problems.append("the output does not validate against the schema")
+        except json.JSONDecodeError:
+            problems.append("the output is not JSON")
+    if decoding.mode is ContentMode.FORCED_CALL:
+        tools = {tool.name: tool for tool in decoding.callable_tools}
+        for item in output.items:
+            if isinstance(item, OutputFunctionCall):
+                tool = tools.get(item.name)
+                if tool is None or not valid(json.loads(item.arguments or "null"), tool.parameters):
+                    problems.append(f"the call of {item.name!r} does not validate")
+        if not any(isinstance(item, OutputFunctionCall) for item in output.items):
+            problems.append("no function call was produced")
+    if not problems:
+        return None
+    return LmspError("generation_failed", "; ".join(problems))

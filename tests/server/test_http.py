@@ -47,7 +47,14 @@ def test_service_document_names_version_capabilities_and_scopes(client: httpx.Cl
     assert document["object"] == "service"
     assert document["lmsp_version"] == "1.0"
     assert document["service"]["name"] == "lmsp-jupyter"
-    assert document["capabilities"] == ["streaming", "tasks", "conversations"]
+    assert document["capabilities"] == [
+        "streaming",
+        "tasks",
+        "conversations",
+        "tools",
+        "structured_output",
+        "reasoning",
+    ]
     assert document["auth"] == {
         "type": "bearer",
         "scopes": ["models:read", "responses:read", "responses:write", "tasks:read", "tasks:write"],
@@ -62,7 +69,7 @@ def test_models_list_the_bundled_default(client: httpx.Client) -> None:
     assert model["format"] == "gguf"
     assert model["owned_by"] == "local"
     assert model["context_length"] == 8192
-    assert model["capabilities"] == ["streaming", "conversations"]
+    assert model["capabilities"] == ["streaming", "tools", "structured_output", "conversations"]
     assert model["status"] in ("available", "loaded")
     assert model["size_bytes"] == 253_113_024
 
@@ -192,12 +199,13 @@ def test_reserved_content_type_is_unsupported_capability(client: httpx.Client) -
     assert problem["param"] == "input[0].content[0].type"
 
 
-def test_tools_without_capability_is_unsupported_capability(client: httpx.Client) -> None:
-    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
-    problem = assert_problem(
-        client.post("/responses", json=ask(tools=[tool])), 400, "unsupported_capability"
+def test_schema_the_decoder_cannot_enforce_is_invalid_request(client: httpx.Client) -> None:
+    schema = {"type": "number", "multipleOf": 3}
+    body = ask(
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
     )
-    assert problem["param"] == "tools"
+    problem = assert_problem(client.post("/responses", json=body), 400, "invalid_request")
+    assert problem["param"] == "response_format"
 
 
 def test_unknown_model_in_request_is_model_not_found(client: httpx.Client) -> None:

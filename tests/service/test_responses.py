@@ -255,21 +255,26 @@ async def test_prompt_filling_the_context_is_context_length_exceeded_naming_inpu
     assert (error.code, error.status, error.param) == ("context_length_exceeded", 400, "input")
 
 
-async def test_tools_are_unsupported_capability_naming_tools(service: ResponseService) -> None:
-    error = await refusal(service, request(tools=[{"type": "function", "name": "get_weather"}]))
-    assert (error.code, error.status, error.param) == ("unsupported_capability", 400, "tools")
-
-
-async def test_json_schema_response_format_is_unsupported_capability_naming_response_format(
+async def test_tool_parameters_the_decoder_cannot_enforce_are_invalid_request(
     service: ResponseService,
 ) -> None:
-    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
-    error = await refusal(service, request(response_format=fmt))
+    parameters = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    tool = {"type": "function", "name": "get_weather", "parameters": parameters}
+    error = await refusal(service, request(tools=[tool]))
     assert (error.code, error.status, error.param) == (
-        "unsupported_capability",
+        "invalid_request",
         400,
-        "response_format",
+        "tools[0].parameters",
     )
+
+
+async def test_json_schema_the_decoder_cannot_enforce_is_invalid_request(
+    service: ResponseService,
+) -> None:
+    schema = {"type": "object", "not": {"required": ["a"]}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    error = await refusal(service, request(response_format=fmt))
+    assert (error.code, error.status, error.param) == ("invalid_request", 400, "response_format")
 
 
 async def test_text_response_format_needs_no_capability(service: ResponseService) -> None:

@@ -2,7 +2,7 @@
 
 The proxy runs an asyncio loop in a daemon thread. It forwards bytes unchanged in both
 directions (so a browser sees the proxy's origin, and the server sees the browser's requests
-as they are), notes the HTTP request lines each connection carries, and on :meth:`cut` aborts
+as they are), notes the HTTP request heads each connection carries, and on :meth:`cut` aborts
 every open connection on both sides at once. It is bounded: at most ``max_connections`` at a
 time, each upstream connect within ``connect_timeout``, and the whole proxy stops by itself
 after ``lifetime`` seconds if nobody stops it first.
@@ -25,6 +25,20 @@ _CHUNK = 64 * 1024
 
 
 @dataclass
+class Request:
+    """An HTTP request head the client sent (the body, if any, is not kept)."""
+
+    target: str
+    #: Header names in lower case; a repeated header keeps its last value.
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        """The target without its query."""
+        return self.target.split("?", 1)[0]
+
+
+@dataclass
 class Connection:
     """One accepted client connection and what the proxy saw of it."""
 
@@ -32,16 +46,17 @@ class Connection:
     #: How many cuts had happened when it was accepted.
     cuts_before: int
     accepted_at: float
-    #: The targets of the HTTP requests the client sent on it, in order.
-    requests: list[str] = field(default_factory=list)
+    #: The HTTP requests the client sent on it, in order.
+    requests: list[Request] = field(default_factory=list)
     #: Bytes forwarded from the server to the client.
     bytes_down: int = 0
     #: Whether a cut ended it.
     cut: bool = False
     _partial: bytes = b""
+    _in_head: bool = False
 
     def _note_upstream_bytes(self, data: bytes) -> None:
-        """Find complete request lines in what the client sent (bounded line buffer)."""
+        """Find request lines and their headers in what the client sent (bounded buffer)."""
         lines = (self._partial + data).split(b"\r\n")
         self._partial = lines.pop()
         if len(self._partial) > _MAX_LINE:
@@ -49,7 +64,13 @@ class Connection:
         for line in lines:
             match = _REQUEST_LINE.fullmatch(line)
             if match is not None:
-                self.requests.append(match[2].decode("latin-1"))
+                self.requests.append(Request(match[2].decode("latin-1")))
+                self._in_head = True
+            elif self._in_head and not line:
+                self._in_head = False
+            elif self._in_head:
+                name, _, value = line.decode("latin-1").partition(":")
+                self.requests[-1].headers[name.strip().lower()] = value.strip()
 
 
 class CuttableProxy:
@@ -120,7 +141,7 @@ class CuttableProxy:
         return [
             connection
             for connection in snapshot
-            if any(target.split("?", 1)[0] == path for target in connection.requests)
+            if any(request.path == path for request in connection.requests)
             and (after_cut is None or connection.cuts_before >= after_cut)
         ]
 

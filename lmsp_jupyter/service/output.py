@@ -1,0 +1,297 @@
+"""From generated text to output items: reasoning, message text, function calls, with events."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from enum import Enum
+
+from ..engine.templates import THINK_CLOSE, THINK_OPEN
+from ..protocol.events import (
+    EventData,
+    FunctionCallArgumentsDelta,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    ReasoningSummaryTextDelta,
+)
+from ..protocol.ids import new_id
+from ..protocol.items import (
+    OutputFunctionCall,
+    OutputItem,
+    OutputMessage,
+    OutputReasoning,
+    OutputText,
+    SummaryText,
+)
+from ..protocol.requests import FunctionTool
+from .toolcalls import CALL_MARKERS, parse_calls
+
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_CALL_TAIL = re.compile(r"\s*\}\s*$")
+
+
+class ContentMode(Enum):
+    """What the answer (outside reasoning) is."""
+
+    TEXT = "text"  # a message
+    FORCED_CALL = "forced_call"  # a grammar-constrained {"name", "arguments"} object
+    AUTO = "auto"  # a message, or calls in a native format
+
+
+class OutputBuilder:
+    """Consumes generated text; produces the events of its output items, in order."""
+
+    def __init__(
+        self,
+        response_id: str,
+        mode: ContentMode,
+        *,
+        tools: Sequence[FunctionTool] = (),
+        reasoning: bool = False,
+        thinking_open: bool = False,
+    ) -> None:
+        self.response_id = response_id
+        self.mode = mode
+        self.tools = tools
+        self.items: list[OutputItem] = []
+        self._think = _ThinkSplitter(enabled=reasoning, open_at_start=thinking_open)
+        self._reasoning: list[str] | None = None
+        self._text: list[str] | None = None
+        self._raw = ""
+        self._call: OutputFunctionCall | None = None
+        self._sent_arguments = 0
+        self._auto_decided = mode is not ContentMode.AUTO
+        self._events: list[EventData] = []
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def feed(self, text: str) -> list[EventData]:
+        """The events of ``text``, generated after everything fed before."""
+        for is_reasoning, piece in self._think.feed(text):
+            self._piece(is_reasoning, piece)
+        return self._take()
+
+    def finish(self) -> list[EventData]:
+        """Close every open item (generation ended)."""
+        for is_reasoning, piece in self._think.flush():
+            self._piece(is_reasoning, piece)
+        self._close_reasoning()
+        if self.mode is ContentMode.FORCED_CALL:
+            self._finish_call()
+        elif self.mode is ContentMode.AUTO and not self._auto_decided:
+            self._finish_auto()
+        elif self._text is not None or not self.items:
+            self._close_text()
+        return self._take()
+
+    def _take(self) -> list[EventData]:
+        events, self._events = self._events, []
+        return events
+
+    def _piece(self, is_reasoning: bool, piece: str) -> None:
+        if is_reasoning:
+            self._reason(piece)
+            return
+        self._close_reasoning()
+        if self.mode is ContentMode.FORCED_CALL:
+            self._call_text(piece)
+        elif not self._auto_decided:
+            self._auto_text(piece)
+        else:
+            self._message_text(piece)
+
+    # --- items ----------------------------------------------------------------------------
+
+    def _add(self, item: OutputItem) -> None:
+        self.items.append(item)
+        index = len(self.items) - 1
+        self._events.append(
+            OutputItemAdded(response_id=self.response_id, output_index=index, item=item)
+        )
+
+    def _done(self, item: OutputItem) -> None:
+        index = next(i for i, known in enumerate(self.items) if known.id == item.id)
+        self.items[index] = item
+        self._events.append(
+            OutputItemDone(response_id=self.response_id, output_index=index, item=item)
+        )
+
+    def _reason(self, piece: str) -> None:
+        if self._reasoning is None:
+            self._reasoning = []
+            self._add(OutputReasoning(id=new_id("rs")))
+        self._reasoning.append(piece)
+        self._events.append(
+            ReasoningSummaryTextDelta(
+                response_id=self.response_id, item_id=self.items[-1].id or "", delta=piece
+            )
+        )
+
+    def _close_reasoning(self) -> None:
+        if self._reasoning is None:
+            return
+        item = next(i for i in reversed(self.items) if isinstance(i, OutputReasoning))
+        self._done(
+            OutputReasoning(id=item.id, summary=[SummaryText(text="".join(self._reasoning))])
+        )
+        self._reasoning = None
+
+    def _message_text(self, piece: str) -> None:
+        if self._text is None:
+            self._text = []
+            self._add(OutputMessage(id=new_id("msg")))
+        self._text.append(piece)
+        self._events.append(
+            OutputTextDelta(response_id=self.response_id, item_id=self._message_id(), delta=piece)
+        )
+
+    def _message_id(self) -> str:
+        return next(i.id for i in reversed(self.items) if isinstance(i, OutputMessage))
+
+    def _close_text(self) -> None:
+        if self._text is None:
+            self._text = []
+            self._add(OutputMessage(id=new_id("msg")))
+        text = "".join(self._text)
+        self._done(OutputMessage(id=self._message_id(), content=[OutputText(text=text)]))
+        self._text = None
+
+    @property
+    def message_text(self) -> str | None:
+        """The text of the answer's message, if it has one."""
+        for item in self.items:
+            if isinstance(item, OutputMessage) and item.content:
+                return item.content[0].text
+        return None
+
+    # --- a forced call: {"name": ..., "arguments": ...} streamed as argument deltas --------
+
+    def _call_text(self, piece: str) -> None:
+        self._raw += piece
+        if self._call is None:
+            head = _CALL_HEAD.match(self._raw)
+            if head is None:
+                return
+            name = json.loads(f'"{head[1]}"')
+            self._call = OutputFunctionCall(
+                id=new_id("fc"), call_id=new_id("call"), name=name, arguments=""
+            )
+            self._add(self._call)
+            self._raw = self._raw[head.end() :]
+        # The object's own closing brace must not reach the arguments: hold back "}" runs.
+        safe = len(self._raw.rstrip(" \t\r\n}"))
+        self._send_arguments(self._raw[:safe])
+
+    def _send_arguments(self, arguments: str) -> None:
+        if self._call is not None and len(arguments) > self._sent_arguments:
+            delta = arguments[self._sent_arguments :]
+            self._sent_arguments = len(arguments)
+            self._events.append(
+                FunctionCallArgumentsDelta(
+                    response_id=self.response_id, item_id=self._call.id or "", delta=delta
+                )
+            )
+
+    def _finish_call(self) -> None:
+        if self._call is None:
+            return
+        arguments = _CALL_TAIL.sub("", self._raw, count=1).rstrip()
+        self._send_arguments(arguments)
+        self._done(self._call.model_copy(update={"arguments": arguments}))
+
+    # --- auto: text, unless the answer starts like a native call ---------------------------
+
+    def _auto_text(self, piece: str) -> None:
+        self._raw += piece
+        start = self._raw.lstrip()
+        if not start:
+            return
+        if any(start.startswith(marker) for marker in CALL_MARKERS):
+            return  # a call, perhaps: keep it until the end
+        if any(marker.startswith(start) for marker in CALL_MARKERS):
+            return  # too early to tell
+        self._auto_decided = True
+        self._message_text(self._raw)
+        self._raw = ""
+
+    def _finish_auto(self) -> None:
+        calls = parse_calls(self._raw, self.tools) if self._raw.strip() else None
+        if calls is None:
+            if self._raw:
+                self._message_text(self._raw)
+            self._close_text()
+            return
+        for call in calls:
+            item = OutputFunctionCall(
+                id=new_id("fc"), call_id=new_id("call"), name=call.name, arguments=""
+            )
+            self._add(item)
+            self._events.append(
+                FunctionCallArgumentsDelta(
+                    response_id=self.response_id, item_id=item.id, delta=call.arguments
+                )
+            )
+            self._done(item.model_copy(update={"arguments": call.arguments}))
+
+
+class _ThinkSplitter:
+    """Splits text into (is_reasoning, piece): reasoning is what stands between think tags."""
+
+    def __init__(self, *, enabled: bool, open_at_start: bool) -> None:
+        self.enabled = enabled
+        self.inside = enabled and open_at_start
+        self.at_start = enabled and not open_at_start
+        self.after_close = False
+        self._pending = ""
+
+    def feed(self, text: str) -> list[tuple[bool, str]]:
+        if not self.enabled:
+            return [(False, text)] if text else []
+        buffer, self._pending = self._pending + text, ""
+        pieces: list[tuple[bool, str]] = []
+        while buffer:
+            if self.at_start:
+                start = buffer.lstrip()
+                if start.startswith(THINK_OPEN):
+                    self.inside, self.at_start = True, False
+                    buffer = start[len(THINK_OPEN) :]
+                    continue
+                if THINK_OPEN.startswith(start):
+                    self._pending = buffer
+                    break
+                self.at_start = False
+            if self.inside:
+                end = buffer.find(THINK_CLOSE)
+                if end >= 0:
+                    pieces.append((True, buffer[:end]))
+                    self.inside, self.after_close = False, True
+                    buffer = buffer[end + len(THINK_CLOSE) :]
+                    continue
+                keep = _partial_suffix(buffer, THINK_CLOSE)
+                pieces.append((True, buffer[: len(buffer) - keep]))
+                self._pending = buffer[len(buffer) - keep :]
+                break
+            if self.after_close:
+                buffer = buffer.lstrip("\n")
+                if not buffer:
+                    break
+                self.after_close = False
+            pieces.append((False, buffer))
+            break
+        return [(is_reasoning, piece) for is_reasoning, piece in pieces if piece]
+
+    def flush(self) -> list[tuple[bool, str]]:
+        pending, self._pending = self._pending, ""
+        if not pending:
+            return []
+        return [(self.inside, pending)]
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """How many characters at the end of ``text`` could begin ``marker``."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0

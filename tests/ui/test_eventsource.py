@@ -1,0 +1,279 @@
+"""A real browser follows a task's events with ``EventSource`` (LMSP 6.3, 6.4 and 7).
+
+Headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) logs in to the live
+Jupyter server with its token through a loopback proxy, so its page is same-origin with the
+API and authenticates with Jupyter's cookie. The proxy can cut every connection mid-stream;
+the browser's own ``EventSource`` reconnection (``retry: 2000`` and ``Last-Event-ID``) must
+then deliver every event exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.conftest import MODEL, LiveServer
+from tests.ui.proxy import CuttableProxy
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+FINAL_TYPES = (
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "response.cancelled",
+)
+EVENT_TYPES = (
+    "response.created",
+    "response.output_item.added",
+    "response.output_text.delta",
+    "response.output_item.done",
+    *FINAL_TYPES,
+)
+STORY = "Write a long story about a cat."
+
+if not CHROMIUM.exists():
+    pytest.skip(
+        f"{CHROMIUM} is missing: install Debian's chromium (scripts/test does it when it can)",
+        allow_module_level=True,
+    )
+
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+
+BLANK_PAGE = "<!doctype html><title>EventSource test</title>"
+#: Installed once per page: ``follow(url)`` opens an EventSource and records what it gets.
+FOLLOW_JS = """
+([eventTypes, finalTypes]) => {
+  window.follow = (url) => {
+    window.received = [];
+    window.opens = [];
+    window.errors = 0;
+    window.done = false;
+    const source = new EventSource(url);
+    window.source = source;
+    source.addEventListener("open", () => window.opens.push(window.received.length));
+    source.addEventListener("error", () => { window.errors += 1; });
+    for (const type of eventTypes) {
+      source.addEventListener(type, (e) => {
+        window.received.push({id: e.lastEventId, type: e.type, data: e.data});
+        if (finalTypes.includes(e.type)) {
+          source.close();
+          window.done = true;
+        }
+      });
+    }
+  };
+}
+"""
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """Headless Chromium.
+
+    Function-scoped on purpose: Playwright's sync API leaves its own asyncio loop current
+    while it runs, and pytest-jupyter's autouse ``jp_asyncio_loop`` (function-scoped, set up
+    before any function-scoped fixture) would otherwise pick that loop up and close it.
+    """
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def proxy(live_server: LiveServer) -> Iterator[CuttableProxy]:
+    """A cuttable proxy in front of the live server."""
+    port = urlsplit(live_server.root).port
+    assert port is not None
+    with CuttableProxy(port, lifetime=600) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def page(browser: Browser, live_server: LiveServer, proxy: CuttableProxy) -> Iterator[Page]:
+    """A page on the proxy's origin, logged in to Jupyter with its cookie, with ``follow``."""
+    origin = f"http://127.0.0.1:{proxy.port}"
+    base = urlsplit(live_server.root).path
+    context = browser.new_context()
+    context.set_default_timeout(30_000)
+    try:
+        page = context.new_page()
+        # A request carrying the token makes Jupyter set its login cookie.
+        login = page.goto(f"{origin}{base}api/status?token={live_server.token}")
+        assert login is not None and login.status == 200
+        assert any(cookie["name"].startswith("username-") for cookie in context.cookies())
+        # A blank same-origin document to run the script in, served by the browser itself:
+        # Jupyter's API replies carry ``Content-Security-Policy: default-src 'none'``, which
+        # would block an EventSource opened from them.
+        page.route(
+            f"{origin}/eventsource-test",
+            lambda route: route.fulfill(content_type="text/html", body=BLANK_PAGE),
+        )
+        page.goto(f"{origin}/eventsource-test")
+        page.evaluate(FOLLOW_JS, [list(EVENT_TYPES), list(FINAL_TYPES)])
+        # The cookie alone authenticates the page with LMSP.
+        status = page.evaluate(f"fetch({json.dumps(base + 'lmsp/v1')}).then(r => r.status)")
+        assert status == 200, "cookie login did not work"
+        yield page
+    finally:
+        context.close()
+
+
+def create_task(live_server: LiveServer, max_output_tokens: int) -> dict[str, Any]:
+    """Start a greedy story task with the bundled model; return the task object."""
+    request = {
+        "model": MODEL,
+        "input": STORY,
+        "temperature": 0,
+        "max_output_tokens": max_output_tokens,
+    }
+    with live_server.client() as client:
+        reply = client.post("/tasks", json={"type": "response", "request": request})
+    assert reply.status_code == 202, reply.text
+    task: dict[str, Any] = reply.json()
+    assert task["id"].startswith("task_")
+    return task
+
+
+def get_task(live_server: LiveServer, task_id: str) -> dict[str, Any]:
+    """The task as the server has it now."""
+    with live_server.client() as client:
+        reply = client.get(f"/tasks/{task_id}")
+    assert reply.status_code == 200, reply.text
+    task: dict[str, Any] = reply.json()
+    return task
+
+
+def wait_final(live_server: LiveServer, task_id: str, timeout: float = 180) -> dict[str, Any]:
+    """Poll the task until it is final."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        task = get_task(live_server, task_id)
+        if task["status"] in ("completed", "incomplete", "failed", "cancelled"):
+            return task
+        time.sleep(0.2)
+    raise AssertionError(f"task {task_id} not final after {timeout} s: {task}")
+
+
+def wait_for(page: Page, expression: str, timeout: float, what: str) -> None:
+    """Poll a JavaScript expression in the page until it is true, or fail saying ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if page.evaluate(expression):
+            return
+        time.sleep(0.02)
+    state = page.evaluate(
+        "({received: window.received, opens: window.opens, errors: window.errors})"
+    )
+    raise AssertionError(f"{what}: not after {timeout} s; the page has {json.dumps(state)}")
+
+
+def received(page: Page) -> list[dict[str, Any]]:
+    """What the page recorded: ``{id, type, data}`` with ``id`` an int and ``data`` parsed."""
+    events: list[dict[str, Any]] = page.evaluate("window.received")
+    return [
+        {"id": int(event["id"]), "type": event["type"], "data": json.loads(event["data"])}
+        for event in events
+    ]
+
+
+def events_path(live_server: LiveServer, task_id: str) -> str:
+    """The path of a task's events, as the browser asks for it."""
+    return f"{urlsplit(live_server.lmsp).path}/tasks/{task_id}/events"
+
+
+def assert_one_full_stream(events: list[dict[str, Any]], last_event_id: int) -> None:
+    """Events 1..N once each and in order, one final event at the end, text consistent."""
+    ids = [event["id"] for event in events]
+    assert ids == list(range(1, len(ids) + 1)), f"ids not 1..N without gap or repeat: {ids}"
+    assert len(events) == last_event_id
+    types = [event["type"] for event in events]
+    assert types[0] == "response.created"
+    assert [t for t in types if t in FINAL_TYPES] == [types[-1]], types
+    assert types[-1] in ("response.incomplete", "response.completed"), events[-1]
+    if types[-1] == "response.incomplete":
+        assert events[-1]["data"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    deltas = "".join(
+        e["data"]["delta"] for e in events if e["type"] == "response.output_text.delta"
+    )
+    (done,) = [e["data"]["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done["type"] == "message"
+    assert "".join(part["text"] for part in done["content"]) == deltas
+    assert deltas
+
+
+def test_eventsource_reconnects_after_a_cut_and_misses_nothing(
+    live_server: LiveServer, proxy: CuttableProxy, page: Page
+) -> None:
+    task = create_task(live_server, max_output_tokens=200)
+    path = events_path(live_server, task["id"])
+    page.evaluate("(url) => window.follow(url)", path)
+
+    delta = "response.output_text.delta"
+    wait_for(
+        page,
+        f"window.received.filter(e => e.type === {json.dumps(delta)}).length >= 3",
+        timeout=240,  # the task may wait behind others for the model; the machine may be busy
+        what="three deltas",
+    )
+    cut = proxy.cut()
+    before_cut = page.evaluate("window.received.length")
+    status_at_cut = get_task(live_server, task["id"])["status"]
+    assert cut >= 1
+    assert proxy.connections_for(path), "the events never went through the proxy"
+
+    wait_for(page, "window.done === true", timeout=240, what="the final event after the cut")
+    events = received(page)
+    final = wait_final(live_server, task["id"])
+    opens: list[int] = page.evaluate("window.opens")
+    errors: int = page.evaluate("window.errors")
+
+    assert_one_full_stream(events, final["last_event_id"])
+    assert final["status"] == events[-1]["data"]["status"]
+    assert before_cut < len(events), "the cut came after the stream had ended"
+    # The browser reconnected by itself, on a new connection, sending the last id it had.
+    assert errors >= 1
+    assert len(opens) >= 2, opens
+    after_cut = proxy.connections_for(path, after_cut=1)
+    assert after_cut, "no new connection for the events after the cut"
+    assert len(proxy.connections_for(path)) >= 2
+    resumed = [r for c in after_cut for r in c.requests if r.path == path]
+    assert resumed[0].headers.get("last-event-id") == str(opens[1]), (resumed, opens)
+    print(
+        f"\n{len(events)} events; cut after {before_cut} received (task {status_at_cut}); "
+        f"reconnected at id {opens[1]} after {errors} error(s)"
+    )
+
+
+def test_eventsource_with_after_on_a_finished_task(
+    live_server: LiveServer, proxy: CuttableProxy, page: Page
+) -> None:
+    task = create_task(live_server, max_output_tokens=24)
+    final = wait_final(live_server, task["id"])
+    last = final["last_event_id"]
+    assert last > 4
+    path = events_path(live_server, task["id"])
+
+    # Nothing after the last event: each connection is an empty stream that closes at once,
+    # and the EventSource keeps reconnecting (a 200 event stream, not an error).
+    page.evaluate("(url) => window.follow(url)", f"{path}?after={last}")
+    wait_for(page, "window.opens.length >= 2", timeout=20, what="two empty connections")
+    assert page.evaluate("window.source.readyState") != 2, "the EventSource gave up: not a 200?"
+    page.evaluate("window.source.close()")
+    assert page.evaluate("window.received") == []
+
+    # After 3: exactly events 4..N, then the final event closes the source.
+    page.evaluate("(url) => window.follow(url)", f"{path}?after=3")
+    wait_for(page, "window.done === true", timeout=30, what="the final event")
+    events = received(page)
+    assert [event["id"] for event in events] == list(range(4, last + 1))
+    assert events[-1]["type"] in FINAL_TYPES
+    assert [e["type"] for e in events if e["type"] in FINAL_TYPES] == [events[-1]["type"]]
+    assert page.evaluate("window.opens") == [0]
