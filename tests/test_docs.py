@@ -34,7 +34,7 @@ def curl_env(live_server: LiveServer) -> dict[str, str]:
 
 
 def test_readme_curl_examples_work_as_written(curl_env: dict[str, str]) -> None:
-    blocks = [b for b in bash_blocks(README) if b.lstrip().startswith("curl")]
+    blocks = [b for b in bash_blocks(README) if "curl " in b]
     outputs = [
         subprocess.run(
             ["bash", "-ec", b], env=curl_env, capture_output=True, text=True, timeout=300
@@ -51,6 +51,14 @@ def test_readme_curl_examples_work_as_written(curl_env: dict[str, str]) -> None:
     streamed = outputs[2].stdout
     assert streamed.startswith("retry: 2000\n\nid: 1\nevent: response.created\n")
     assert "event: response.incomplete" in streamed or "event: response.completed" in streamed
+    task_events = outputs[3].stdout
+    assert task_events.count("event: response.created") == 1
+    replayed = task_events.split("event: response.created", 1)[1]
+    assert "\nid: 4\n" in replayed
+    task = json.loads(task_events[task_events.rindex('{"id":"task_') :])
+    assert task["status"] == "incomplete"
+    city = json.loads(json.loads(outputs[4].stdout)["output"][0]["content"][0]["text"])
+    assert set(city) == {"city", "country"}
 
 
 def test_quickstart_notebook_runs_against_the_server(
