@@ -13,15 +13,42 @@ MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 16
 
 #: Keywords the grammar enforces, and annotations that constrain nothing.
-_ENFORCED = frozenset({
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems",
-    "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "$defs", "definitions",
-    "minLength", "maxLength", "pattern", "format",
-})
-_ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "$schema", "$id", "$comment",
-    "deprecated", "readOnly", "writeOnly",
-})
+_ENFORCED = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+    }
+)
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
+)
 _FORMATS = frozenset({"date", "time", "date-time", "uuid"})
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 

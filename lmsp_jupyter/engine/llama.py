@@ -14,9 +14,9 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from .generation import (
     CancelToken,
     EngineError,
-    GrammarError,
     GenerationDone,
     GenerationEvent,
+    GrammarError,
     Prompt,
     SamplingParams,
     StopReason,

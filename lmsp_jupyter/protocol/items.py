@@ -48,7 +48,10 @@ class InputMessage(_Strict):
     type: Literal["message"] = "message"
     id: str | None = None
     role: Literal["system", "user", "assistant"]
-    content: str | list[ContentPart] = Field(max_length=MAX_ITEMS)
+    content: (
+        Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+        | Annotated[list[ContentPart], Field(max_length=MAX_ITEMS)]
+    )
 
     def text(self) -> str:
         """The message's text, its parts joined."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import unquote
-
 from jupyter_server.utils import url_path_join
 
 from .. import __version__
@@ -14,6 +12,7 @@ from ..protocol.requests import parse_response_request
 from ..protocol.tasks import Task, TaskList
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
+from .openapi import OpenApiHandler
 from .sse import EventStream
 
 
@@ -24,7 +23,12 @@ class ServiceHandler(LmspHandler):
         document = ServiceDocument(
             service=ServiceInfo(name="lmsp-jupyter", version=__version__),
             capabilities=[
-                "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
+                "streaming",
+                "tasks",
+                "conversations",
+                "tools",
+                "structured_output",
+                "reasoning",
             ],
             auth=AuthInfo(scopes=sorted(JUPYTER_SCOPES)),
         )
@@ -46,7 +50,7 @@ class ModelHandler(LmspHandler):
     scopes = {"GET": "models:read"}
 
     def get(self, model_id: str) -> None:
-        self.write_model(self.models.get(unquote(model_id)))
+        self.write_model(self.models.get(model_id))  # Tornado has percent-decoded it
 
 
 class ResponsesHandler(LmspHandler):
@@ -179,6 +183,6 @@ default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/tasks/([^/]+)", TaskHandler),
     (r"/lmsp/v1/tasks/([^/]+)/cancel", TaskCancelHandler),
     (r"/lmsp/v1/tasks/([^/]+)/events", TaskEventsHandler),
-    (r"/lmsp/v1/openapi.json", __import__("lmsp_jupyter.server.openapi", fromlist=["x"]).OpenApiHandler),  # TEMP-OPENAPI
+    (r"/lmsp/v1/openapi.json", OpenApiHandler),
     (r"/lmsp(/.*)?", NotFoundHandler),
 ]

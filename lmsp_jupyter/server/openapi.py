@@ -13,7 +13,7 @@ import inspect
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_server.utils import url_path_join
@@ -175,14 +175,9 @@ _HEADERS: dict[str, dict[str, Any]] = {
         '`Bearer error="insufficient_scope", scope="..."`.',
         "schema": {"type": "string", "pattern": "^Bearer "},
     },
-    "Allow": {
-        "description": "The methods this path serves.",
-        "required": True,
-        "schema": {"type": "string"},
-    },
+    "Allow": {"description": "The methods this path serves.", "schema": {"type": "string"}},
     "Retry-After": {
         "description": "Seconds to wait before trying again.",
-        "required": True,
         "schema": {"type": "integer", "minimum": 0},
     },
     "Location": {
@@ -204,24 +199,26 @@ def _header_refs(*names: str) -> dict[str, Any]:
     return {name: {"$ref": f"#/components/headers/{name}"} for name in ("LMSP-Version", *names)}
 
 
+#: Headers of error replies: name → whether every reply of that status has it.
+_ERROR_HEADERS: dict[int, dict[str, bool]] = {
+    401: {"WWW-Authenticate": True},
+    403: {"WWW-Authenticate": False},  # only insufficient_scope carries a challenge
+    405: {"Allow": True},
+    503: {"Retry-After": True},
+}
+
+
 def _error_response(status: int) -> dict[str, Any]:
     """The problem document of one status: the codes of the table that have it."""
     codes = [code for code, (code_status, _) in PROBLEM_TYPES.items() if code_status == status]
-    headers = {401: ("WWW-Authenticate",), 403: ("WWW-Authenticate",), 405: ("Allow",)}
-    extra = {503: ("Retry-After",)}
-    response_headers = _header_refs(*headers.get(status, ()), *extra.get(status, ()))
-    if status == 403:  # only insufficient_scope carries a challenge
-        response_headers["WWW-Authenticate"] = {
-            **_HEADERS["WWW-Authenticate"],
-            "required": False,
-        }
-    elif status == 401:
-        response_headers["WWW-Authenticate"] = {**_HEADERS["WWW-Authenticate"], "required": True}
+    headers = _header_refs()
+    for name, required in _ERROR_HEADERS.get(status, {}).items():
+        headers[name] = {**_HEADERS[name], "required": required}
     return {
         "description": "A problem document (RFC 9457); `code`: "
         + ", ".join(f"`{code}`" for code in codes)
         + ".",
-        "headers": response_headers,
+        "headers": headers,
         "content": {
             "application/problem+json": {
                 "schema": {
@@ -291,7 +288,7 @@ class _Operation:
     errors: tuple[int, ...] = ()
     parameters: tuple[str, ...] = ()
     body: str | None = None
-    tags: tuple[str, ...] = field(default=())
+    tags: tuple[str, ...] = ()
 
 
 #: Every endpoint may answer: 400 unsupported_version, 401, 403 (origin or scope), 500.
@@ -436,7 +433,9 @@ def _implements(handler: type[LmspHandler], verb: str) -> bool:
 
 
 def _operation(method: str, path: str, handler: type[LmspHandler]) -> dict[str, Any]:
-    spec = _OPERATIONS[method, path]
+    spec = _OPERATIONS.get((method, path))
+    if spec is None:
+        raise KeyError(f"{method.upper()} {path} is a route but not described in _OPERATIONS")
     scope = handler.scopes.get(method.upper())
     parameters: list[dict[str, Any]] = [
         {
@@ -551,5 +550,4 @@ class OpenApiHandler(LmspHandler):
     """``GET /lmsp/v1/openapi.json``: this API's OpenAPI document (a valid token, no scope)."""
 
     def get(self) -> None:
-        self.set_header("Content-Type", "application/json")
         self.finish(_document_json(self.base_url))

@@ -32,7 +32,9 @@ def plan(request: ResponseRequest) -> DecodingPlan:
         _enforceable(tool.parameters, f"tools[{index}].parameters")
     specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools)
     if tools and (choice == "required" or isinstance(choice, NamedToolChoice)):
-        chosen = [t for t in tools if not isinstance(choice, NamedToolChoice) or t.name == choice.name]
+        chosen = [
+            t for t in tools if not isinstance(choice, NamedToolChoice) or t.name == choice.name
+        ]
         grammar = _grammar(_call_schema(chosen), "tools", ["name", "arguments"])
         return DecodingPlan(ContentMode.FORCED_CALL, grammar, specs, callable_tools=tuple(chosen))
     offered = specs if tools and choice == "auto" else ()

@@ -343,3 +343,14 @@ def test_stream_errors_come_before_the_stream_starts(client: httpx.Client) -> No
     assert events == []
     response, _ = stream(client, ask(model="nope"))
     assert_problem(response, 404, "model_not_found")
+
+
+def test_a_model_id_is_percent_decoded_once(client: httpx.Client) -> None:
+    problem = assert_problem(client.get("/models/x%2541"), 404, "model_not_found")
+    assert problem["detail"] == "model 'x%41' is not available"
+
+
+def test_plain_string_content_is_limited_as_text_not_as_a_list(client: httpx.Client) -> None:
+    message = {"type": "message", "role": "user", "content": "word " * 2001}
+    response = client.post("/responses", json=ask(input=[message], max_output_tokens=1))
+    assert response.status_code == 200, response.text

@@ -1,0 +1,325 @@
+"""Constrained decoding on the real bundled model: JSON Schema output and forced tool calls.
+
+LMSP 1.0 6.1 (``response_format``), 6.3 (streaming) and 6.5 (tool calls). Greedy and short: every
+string is bounded by ``maxLength`` and every array by ``maxItems`` so the grammar closes the JSON
+well before ``max_output_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jsonschema
+import pytest
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.generation import CancelToken
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.protocol.events import (
+    FunctionCallArgumentsDelta,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    ResponseEvent,
+)
+from lmsp_jupyter.protocol.items import OutputFunctionCall, OutputMessage
+from lmsp_jupyter.protocol.requests import parse_response_request
+from lmsp_jupyter.protocol.responses import Response
+from lmsp_jupyter.service.models import ModelDirectory
+from lmsp_jupyter.service.responses import ResponseService
+
+THREADS = min(os.cpu_count() or 1, 4)
+MODEL = BUNDLED_MODEL_ID
+QUESTION = "What is the weather in Paris?"
+
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather of a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+TIME: dict[str, Any] = {
+    "type": "function",
+    "name": "get_time",
+    "description": "The current time in a time zone",
+    "parameters": {
+        "type": "object",
+        "properties": {"zone": {"enum": ["UTC", "CET", "PST"]}},
+        "required": ["zone"],
+        "additionalProperties": False,
+    },
+}
+NEWS: dict[str, Any] = {
+    "type": "function",
+    "name": "get_news",
+    "description": "Headlines about a topic",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "topic": {"type": "string", "maxLength": 12},
+            "count": {"enum": [1, 2, 3]},
+        },
+        "required": ["topic", "count"],
+        "additionalProperties": False,
+    },
+}
+TOOLS = {tool["name"]: tool for tool in (WEATHER, TIME, NEWS)}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "nested_object_with_required_fields": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer"},
+            "address": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 12}},
+                "required": ["city"],
+            },
+        },
+        "required": ["name", "age", "address"],
+    },
+    "array_of_objects_with_max_items": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"n": {"type": "string", "maxLength": 8}},
+            "required": ["n"],
+        },
+        "minItems": 1,
+        "maxItems": 2,
+    },
+    "enum_field": {
+        "type": "object",
+        "properties": {"colour": {"enum": ["red", "green", "blue"]}},
+        "required": ["colour"],
+    },
+    "string_with_max_length": {
+        "type": "object",
+        "properties": {"word": {"type": "string", "minLength": 1, "maxLength": 10}},
+        "required": ["word"],
+    },
+    "defs_and_refs": {
+        "type": "object",
+        "$defs": {"tag": {"type": "string", "maxLength": 6}},
+        "properties": {"a": {"$ref": "#/$defs/tag"}, "b": {"$ref": "#/$defs/tag"}},
+        "required": ["a", "b"],
+    },
+}
+
+
+def json_format(schema: dict[str, Any], name: str = "answer") -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "input": QUESTION, "temperature": 0, "max_output_tokens": 60, **fields}
+
+
+async def respond(service: ResponseService, data: dict[str, Any]) -> Response:
+    return await service.complete(await service.start(parse_response_request(data)))
+
+
+async def stream(service: ResponseService, data: dict[str, Any]) -> list[ResponseEvent]:
+    run = await service.start(parse_response_request(data))
+    return [event async for event in service.events(run, CancelToken())]
+
+
+def calls(response: Response) -> list[OutputFunctionCall]:
+    return [item for item in response.output if isinstance(item, OutputFunctionCall)]
+
+
+def messages(response: Response) -> list[OutputMessage]:
+    return [item for item in response.output if isinstance(item, OutputMessage)]
+
+
+def text_of(response: Response) -> str:
+    (message,) = response.output
+    assert isinstance(message, OutputMessage)
+    (part,) = message.content
+    return part.text
+
+
+def assert_valid_call(call: OutputFunctionCall, names: Sequence[str]) -> None:
+    assert call.name in names
+    assert call.id.startswith("fc_")
+    assert call.call_id.startswith("call_")
+    jsonschema.validate(json.loads(call.arguments), TOOLS[call.name]["parameters"])
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    engine = Engine(EngineSettings(context_size=1024, threads=THREADS))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def service(engine: Engine) -> ResponseService:
+    return ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
+
+
+# --- response_format: json_schema --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schema", SCHEMAS.values(), ids=SCHEMAS.keys())
+async def test_json_schema_output_completes_parses_and_validates(
+    service: ResponseService, schema: dict[str, Any]
+) -> None:
+    response = await respond(
+        service,
+        body(input="Describe it as JSON.", max_output_tokens=80, response_format=json_format(schema)),
+    )
+    assert response.status == "completed", response.output
+    assert response.incomplete_details is None
+    jsonschema.validate(json.loads(text_of(response)), schema)
+
+
+# --- tool_choice -------------------------------------------------------------------------------
+
+
+async def test_required_with_one_tool_gives_exactly_one_valid_call_and_no_message(
+    service: ResponseService,
+) -> None:
+    response = await respond(service, body(tools=[WEATHER], tool_choice="required"))
+    assert response.status == "completed"
+    (call,) = response.output
+    assert isinstance(call, OutputFunctionCall)
+    assert_valid_call(call, ["get_weather"])
+
+
+async def test_named_tool_among_several_is_the_one_called(service: ResponseService) -> None:
+    choice = {"type": "function", "name": "get_time"}
+    response = await respond(service, body(tools=[WEATHER, TIME, NEWS], tool_choice=choice))
+    assert response.status == "completed"
+    assert messages(response) == []
+    (call,) = calls(response)
+    assert call.name == "get_time"
+    assert_valid_call(call, ["get_time"])
+
+
+async def test_named_tool_that_does_not_fit_the_question_is_still_the_one_called(
+    service: ResponseService,
+) -> None:
+    choice = {"type": "function", "name": "get_news"}
+    response = await respond(service, body(tools=[WEATHER, NEWS], tool_choice=choice))
+    assert response.status == "completed"
+    (call,) = response.output
+    assert isinstance(call, OutputFunctionCall)
+    assert_valid_call(call, ["get_news"])
+
+
+async def test_required_with_several_tools_calls_one_of_them_with_valid_arguments(
+    service: ResponseService,
+) -> None:
+    response = await respond(service, body(tools=[WEATHER, TIME, NEWS], tool_choice="required"))
+    assert response.status == "completed"
+    assert messages(response) == []
+    (call,) = calls(response)
+    assert_valid_call(call, ["get_weather", "get_time", "get_news"])
+
+
+async def test_tool_choice_none_gives_a_message_and_no_call(service: ResponseService) -> None:
+    response = await respond(
+        service, body(tools=[WEATHER, TIME], tool_choice="none", max_output_tokens=12)
+    )
+    assert response.status in ("completed", "incomplete")
+    assert calls(response) == []
+    (message,) = messages(response)
+    assert message.content[0].text != ""
+
+
+async def test_tool_round_trip_ends_with_a_message_answer(service: ResponseService) -> None:
+    question = [{"type": "message", "role": "user", "content": QUESTION}]
+    first = await respond(service, body(input=question, tools=[WEATHER], tool_choice="required"))
+    (call,) = calls(first)
+    received = call.model_dump()
+    assert received["type"] == "function_call"
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "18 C and sunny"}
+    run = await service.start(
+        parse_response_request(
+            body(
+                input=[*question, received, result],
+                tools=[WEATHER],
+                tool_choice="none",
+                max_output_tokens=20,
+            )
+        )
+    )
+    assert "18 C and sunny" in run.prompt.text
+    assert '"name": "get_weather"' in run.prompt.text
+    second = await service.complete(run)
+    assert second.status in ("completed", "incomplete")
+    assert calls(second) == []
+    assert text_of(second) != ""
+
+
+# --- streaming ---------------------------------------------------------------------------------
+
+
+async def test_json_schema_stream_is_created_added_text_deltas_done_completed(
+    service: ResponseService,
+) -> None:
+    schema = SCHEMAS["nested_object_with_required_fields"]
+    events = await stream(service, body(max_output_tokens=80, response_format=json_format(schema)))
+    count = len(events) - 4
+    assert count >= 1
+    assert [e.event for e in events] == [
+        "response.created",
+        "response.output_item.added",
+        *["response.output_text.delta"] * count,
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    added, done = events[1].data, events[-2].data
+    assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
+    assert isinstance(done.item, OutputMessage)
+    assert done.item.id == added.item.id
+    deltas = [e.data for e in events if isinstance(e.data, OutputTextDelta)]
+    assert {d.item_id for d in deltas} == {added.item.id}
+    text = "".join(d.delta for d in deltas)
+    assert done.item.content[0].text == text
+    jsonschema.validate(json.loads(text), schema)
+
+
+async def test_forced_call_stream_is_created_added_argument_deltas_done_completed(
+    service: ResponseService,
+) -> None:
+    events = await stream(service, body(tools=[WEATHER, TIME], tool_choice="required"))
+    count = len(events) - 4
+    assert count >= 1
+    assert [e.event for e in events] == [
+        "response.created",
+        "response.output_item.added",
+        *["response.function_call_arguments.delta"] * count,
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    added, done = events[1].data, events[-2].data
+    assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
+    assert isinstance(added.item, OutputFunctionCall)
+    assert added.item.arguments == ""
+    call = done.item
+    assert isinstance(call, OutputFunctionCall)
+    assert (call.id, call.call_id, call.name) == (
+        added.item.id,
+        added.item.call_id,
+        added.item.name,
+    )
+    deltas = [e.data for e in events if isinstance(e.data, FunctionCallArgumentsDelta)]
+    assert {d.item_id for d in deltas} == {call.id}
+    assert "".join(d.delta for d in deltas) == call.arguments
+    assert_valid_call(call, ["get_weather", "get_time"])
