@@ -71,7 +71,7 @@ WATCH_GRACE_S = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WORDS = (" The", " keeper", " climbed", " the", " tower", ",", " and", " the", " lamp", ".")
 DEFAULT_PROMPT = "Write a long story."
-MB = 1024 * 1024
+MB = 1_000_000
 #: Runs ``jupyter-lmsp`` (argv[2]) under cProfile counting the CPU time of the main thread
 #: (the event loop) only, not wall time, so the preemptions of a busy machine do not count.
 PROFILER = """
@@ -466,7 +466,7 @@ class ReplayRun:
 
     @property
     def mb_per_s(self) -> float:
-        """Stream bytes per second, request to last byte, in MiB."""
+        """Stream bytes per second, request to last byte, in MB (10^6 bytes)."""
         return self.size / MB / self.seconds
 
 

@@ -72,18 +72,21 @@ class Settings:
 class Sample:
     """One timed generation; times are seconds since the call (or request) started.
 
+    ``first_s`` and ``last_s`` are the arrivals of the first and the last token, ``end_s`` that
+    of the end of the stream (the final event; the closing chunk of llama-cpp-python).
     ``background`` is the share of the machine's CPU other processes used meanwhile.
     """
 
     tokens: int
     first_s: float
     last_s: float
+    end_s: float
     background: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
         """End-to-end rate: prompt processing included."""
-        return self.tokens / self.last_s
+        return self.tokens / self.end_s
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -123,7 +126,7 @@ class RawRunner:
         # Evaluate the whole prompt, as the service does for every request, rather than reuse
         # the cached prefix of the previous run.
         self.llm.reset()  # type: ignore[no-untyped-call]
-        count, first, last = 0, 0.0, 0.0
+        first, last = 0.0, 0.0
         start = time.perf_counter()
         stream = cast(
             "Iterator[dict[str, Any]]",
@@ -131,13 +134,13 @@ class RawRunner:
                 prompt=self.prompt_tokens, max_tokens=max_tokens, temperature=0, stream=True
             ),
         )
-        for chunk in stream:
+        for count, chunk in enumerate(stream):  # each chunk but the closing one is a token
+            now = time.perf_counter() - start
             if chunk["choices"][0]["finish_reason"] is not None:
-                break  # the closing chunk carries no token
-            last = time.perf_counter() - start
-            first = first or last
-            count += 1
-        return Sample(tokens=count, first_s=first, last_s=last)
+                return Sample(tokens=count, first_s=first, last_s=last, end_s=now)
+            first = first or now
+            last = now
+        raise RuntimeError("llama-cpp-python ended the stream without a closing chunk")
 
 
 def free_port() -> int:
@@ -240,24 +243,26 @@ class ServiceClient:
             "temperature": 0,
             "stream": True,
         }
-        first = 0.0
+        first, last = 0.0, 0.0
         start = time.perf_counter()
         with self.client.stream("POST", "/lmsp/v1/responses", json=body) as response:
             response.raise_for_status()
             for name, data in sse_events(response.iter_lines()):
-                if name == "response.output_text.delta" and not first:
-                    first = time.perf_counter() - start
+                now = time.perf_counter() - start
+                if name == "response.output_text.delta":
+                    first = first or now
+                    last = now
                 elif name in ENDED_EVENTS:
-                    return self._final(name, data, first, time.perf_counter() - start)
+                    return self._final(name, data, Sample(0, first, last, now))
         raise RuntimeError("the stream ended without a final event")
 
-    def _final(self, name: str, data: str, first: float, last: float) -> Sample:
-        payload: dict[str, Any] = json.loads(data)
+    def _final(self, name: str, data: str, times: Sample) -> Sample:
+        """The sample of a stream that ended with event ``name``, counting its output tokens."""
         if name not in FINAL_EVENTS:
             raise RuntimeError(f"the stream ended with {name}: {data}")
-        usage = payload["usage"]
+        usage: dict[str, Any] = json.loads(data)["usage"]
         self.input_tokens = usage["input_tokens"]
-        return Sample(tokens=usage["output_tokens"], first_s=first, last_s=last)
+        return replace(times, tokens=usage["output_tokens"])
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -376,7 +381,10 @@ def median(samples: list[Sample], metric: Callable[[Sample], float]) -> float:
 def print_context(settings: Settings, args: argparse.Namespace, model_path: Path) -> None:
     """The machine and settings the numbers belong to."""
     print(f"cpu_count            : {os.cpu_count()}")
-    print(f"threads (gen/batch)  : {settings.threads}/{settings.threads}")
+    print(
+        f"threads (gen/batch)  : {settings.threads}/{settings.threads} "
+        f"(llama-cpp-python's own default: {max((os.cpu_count() or 2) // 2, 1)})"
+    )
     print(f"n_ctx / n_batch      : {settings.context_size} / {settings.batch_size}")
     print(f"llama_cpp            : {llama_cpp.__version__}")
     print(f"model                : {BUNDLED_MODEL_ID} ({model_path.name})")

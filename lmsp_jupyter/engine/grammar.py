@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from jsonschema import Draft202012Validator, SchemaError
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from .generation import GrammarError
@@ -50,13 +51,17 @@ _ANNOTATIONS = frozenset(
     }
 )
 _FORMATS = frozenset({"date", "time", "date-time", "uuid"})
-_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 
 
 def check_enforceable(schema: Any, depth: int = 0) -> None:
     """Refuse (``GrammarError``) a schema the grammar cannot enforce exactly, or too big a one."""
-    if depth == 0 and len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
-        raise GrammarError(f"the schema is over {MAX_SCHEMA_BYTES} bytes")
+    if depth == 0:
+        if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+            raise GrammarError(f"the schema is over {MAX_SCHEMA_BYTES} bytes")
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise GrammarError(f"not a valid JSON Schema: {exc.message}") from None
     if depth > MAX_SCHEMA_DEPTH:
         raise GrammarError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
     if isinstance(schema, bool):
@@ -66,12 +71,10 @@ def check_enforceable(schema: Any, depth: int = 0) -> None:
     unknown = set(schema) - _ENFORCED - _ANNOTATIONS
     if unknown:
         raise GrammarError(f"the decoder cannot enforce {sorted(unknown)}")
-    kinds = schema.get("type")
-    for kind in kinds if isinstance(kinds, list) else [kinds] if kinds else []:
-        if kind not in _TYPES:
-            raise GrammarError(f"unknown type {kind!r}")
     if "format" in schema and schema["format"] not in _FORMATS:
         raise GrammarError(f"the decoder cannot enforce format {schema['format']!r}")
+    if isinstance(schema.get("items"), list):
+        raise GrammarError("'items' must be one schema; use 'prefixItems' for tuples")
     ref = schema.get("$ref")
     if ref is not None and not str(ref).startswith(("#/$defs/", "#/definitions/")):
         raise GrammarError(f"only local references are supported, not {ref!r}")
@@ -96,6 +99,6 @@ def json_schema_grammar(schema: dict[str, Any], property_order: list[str] | None
     check_enforceable(schema)
     try:
         grammar: str = json_schema_to_gbnf(json.dumps(schema), property_order)
-    except (ValueError, AssertionError, KeyError, RecursionError) as exc:
+    except (ValueError, TypeError, AssertionError, KeyError, RecursionError) as exc:
         raise GrammarError(f"the schema cannot be turned into a grammar: {exc}") from None
     return grammar

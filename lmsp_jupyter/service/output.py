@@ -180,6 +180,8 @@ class OutputBuilder:
             )
             self._add(self._call)
             self._raw = self._raw[head.end() :]
+        if not self._sent_arguments:  # the space after "arguments": may come in a later piece
+            self._raw = self._raw.lstrip()
         # The object's own closing brace must not reach the arguments: hold back "}" runs.
         safe = len(self._raw.rstrip(" \t\r\n}"))
         self._send_arguments(self._raw[:safe])

@@ -64,7 +64,12 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "min_items": {"type": "array", "items": {"type": "boolean"}, "minItems": 1},
     "max_items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
     "format_date": {"type": "string", "format": "date"},
-    "annotations": {"title": "T", "description": "D", "$schema": "x", "type": "boolean"},
+    "annotations": {
+        "title": "T",
+        "description": "D",
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "boolean",
+    },
 }
 
 REFUSED_KEYWORDS: dict[str, dict[str, Any]] = {
@@ -76,6 +81,7 @@ REFUSED_KEYWORDS: dict[str, dict[str, Any]] = {
     "patternProperties": {"type": "object", "patternProperties": {"^a": {"type": "string"}}},
     "uniqueItems": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
 }
+
 
 #: Places a child schema can sit; an unenforceable keyword there is refused as well.
 def _inside(child: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -96,17 +102,17 @@ def _inside(child: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_check_enforceable_accepts_the_keywords_the_grammar_enforces(
     schema: dict[str, Any],
 ) -> None:
-    assert check_enforceable(schema) is None
+    check_enforceable(schema)  # no GrammarError
 
 
 def test_check_enforceable_accepts_a_schema_nested_exactly_the_maximum_depth() -> None:
     assert MAX_SCHEMA_DEPTH == 16
-    assert check_enforceable(nested(16)) is None
+    check_enforceable(nested(16))  # no GrammarError
 
 
 def test_check_enforceable_accepts_a_schema_of_exactly_64_kib() -> None:
     assert MAX_SCHEMA_BYTES == 64 * 1024
-    assert check_enforceable(of_size(64 * 1024)) is None
+    check_enforceable(of_size(64 * 1024))  # no GrammarError
 
 
 # --- refused -----------------------------------------------------------------------------------
@@ -152,16 +158,11 @@ def test_check_enforceable_refuses_a_schema_over_64_kib() -> None:
         check_enforceable(of_size(64 * 1024 + 1))
 
 
-def test_check_enforceable_refuses_an_unknown_type() -> None:
-    with pytest.raises(GrammarError, match="unknown type 'date'"):
+def test_check_enforceable_refuses_an_unknown_type_as_an_invalid_schema() -> None:
+    with pytest.raises(GrammarError, match="not a valid JSON Schema"):
         check_enforceable({"type": ["string", "date"]})
 
 
-@pytest.mark.xfail(
-    reason="bug: check_enforceable does not descend into a tuple-form (list) `items`, so a "
-    "`minimum` inside it passes unchecked and is not enforced",
-    strict=True,
-)
 def test_check_enforceable_refuses_an_unenforceable_keyword_in_list_items() -> None:
     with pytest.raises(GrammarError):
         check_enforceable({"type": "array", "items": [{"type": "integer", "minimum": 1}]})
@@ -176,12 +177,6 @@ MALFORMED: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.mark.xfail(
-    reason="bug: a keyword with a value of the wrong JSON type crashes check_enforceable / "
-    "json_schema_grammar with AttributeError or TypeError instead of raising GrammarError "
-    "(over HTTP: 500 internal_error instead of 400 invalid_request)",
-    strict=True,
-)
 @pytest.mark.parametrize("schema", MALFORMED.values(), ids=MALFORMED.keys())
 def test_a_keyword_of_the_wrong_type_is_a_grammar_error(schema: dict[str, Any]) -> None:
     with pytest.raises(GrammarError):

@@ -153,7 +153,10 @@ def test_reasoning_split_is_the_same_whatever_the_chunk_size(size: int) -> None:
 
 def test_thinking_open_treats_text_up_to_the_closing_tag_as_reasoning() -> None:
     builder, events = build(
-        ContentMode.TEXT, ["Let me ", "think.</th", "ink>\n\nDone."], reasoning=True, thinking_open=True
+        ContentMode.TEXT,
+        ["Let me ", "think.</th", "ink>\n\nDone."],
+        reasoning=True,
+        thinking_open=True,
     )
     assert names(events)[0] == ADDED
     reasoning, message = builder.items
@@ -219,12 +222,6 @@ def test_forced_call_arguments_are_the_object_text_when_fed_whole() -> None:
     assert call.arguments == '{"city": "Paris"}'
 
 
-@pytest.mark.xfail(
-    reason="bug: OutputBuilder._call_text matches _CALL_HEAD as soon as '\"arguments\":' has "
-    "arrived, so a space that comes in the next chunk becomes part of the arguments: "
-    "arguments == ' {\"city\": \"Paris\"}' (real model output does this)",
-    strict=True,
-)
 @pytest.mark.parametrize("size", [1, 3])
 def test_forced_call_arguments_are_exactly_the_object_text_whatever_the_chunking(
     size: int,

@@ -179,7 +179,9 @@ async def test_json_schema_output_completes_parses_and_validates(
 ) -> None:
     response = await respond(
         service,
-        body(input="Describe it as JSON.", max_output_tokens=80, response_format=json_format(schema)),
+        body(
+            input="Describe it as JSON.", max_output_tokens=80, response_format=json_format(schema)
+        ),
     )
     assert response.status == "completed", response.output
     assert response.incomplete_details is None

@@ -122,9 +122,7 @@ INVALID_ARGUMENTS: dict[str, str] = {
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "K"}}'
         "</tool_call>"
     ),
-    "extra_property": (
-        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "country": "FR"}'
-    ),
+    "extra_property": ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "country": "FR"}'),
     "not_an_object": '{"name": "get_weather", "parameters": ["Paris"]}',
     "not_json": '<tool_call>{"name": "get_weather", "arguments": {city: Paris}}</tool_call>',
     "unclosed": '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}',
@@ -272,7 +270,9 @@ You can call the functions below. To call one, reply with nothing but JSON of th
 """
 
 QWEN_TURN = re.compile(r"<\|im_start\|>assistant\n(.*?)<\|im_end\|>", re.S)
-LLAMA_TURN = re.compile(r"<\|start_header_id\|>assistant<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S)
+LLAMA_TURN = re.compile(
+    r"<\|start_header_id\|>assistant<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S
+)
 GEMMA_TURN = re.compile(r"<start_of_turn>model\n(.*?)<end_of_turn>", re.S)
 
 
@@ -302,6 +302,7 @@ def conversation(*calls: dict[str, Any]) -> list[ChatMessage]:
 def assistant_turn(pattern: re.Pattern[str], prompt: str) -> str:
     """The one completed assistant turn's text in ``prompt``."""
     (turn,) = pattern.findall(prompt)
+    assert isinstance(turn, str)
     return turn
 
 
