@@ -6,11 +6,13 @@ One prompt, the bundled model and the service's default settings on both sides:
 * service: ``POST /lmsp/v1/responses`` with ``"stream": true`` on a ``jupyter lmsp`` server
   that this script starts as a subprocess and stops at the end.
 
-Runs alternate (never concurrently): one warm-up of each, then ``--rounds`` rounds of both,
-the order flipping each round. Prints the median tokens/s of each side (end-to-end, from the
-call to the last token, and decode-only, from the first token to the last), the median time
-to first token, the ratio service/raw and the first-token overhead against the targets.
-It measures and never asserts: the exit code is 0 whatever the numbers.
+Runs alternate, never concurrently: one warm-up of each, then ``--rounds`` rounds of raw then
+service. Each timed run follows an untimed one-token run of the same side (``--no-prime``: not),
+so that its first token is not slowed by the caches the other process just took over. Prints
+the median tokens/s of each side (end-to-end, from the call to the end of the stream, and
+decode-only, from the first token to the last), the median time to first token, the ratio
+service/raw and the first-token overhead against the targets. It measures and never asserts:
+the exit code is 0 whatever the numbers.
 
 Run: ``.venv/bin/python benchmarks/stream_overhead.py [--tokens 128] [--rounds 5]``.
 """
@@ -32,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import httpx
 import llama_cpp
@@ -330,36 +332,50 @@ class Rounds:
     dropped: int = 0
 
 
-def one_round(
-    raw: Callable[[], Sample], service: Callable[[], Sample], index: int
-) -> tuple[Sample, Sample]:
-    """Both sides, one after the other; the service goes first in every other round."""
-    if index % 2:
-        service_sample = service()
-        return raw(), service_sample
-    raw_sample = raw()
-    return raw_sample, service()
+class Side(Protocol):
+    """One way of generating: raw llama-cpp-python or the service."""
+
+    def run(self, max_tokens: int) -> Sample:
+        """Generate up to ``max_tokens`` tokens from the prompt, timed."""
+        ...
 
 
-def alternate(
-    raw: Callable[[], Sample], service: Callable[[], Sample], rounds: int, max_background: float
-) -> Rounds:
-    """A warm-up of each side, then ``rounds`` rounds of both.
+@dataclass(frozen=True)
+class Plan:
+    """How the runs go."""
 
-    A round during which other processes took more than ``max_background`` of the machine is
-    run again, as long as the attempts left (twice ``rounds`` in all) allow it.
+    tokens: int
+    rounds: int
+    max_background: float
+    prime: bool
+
+
+def timed_run(side: Side, plan: Plan, meter: CpuMeter) -> Sample:
+    """One measured run of ``side``, after an untimed one-token run when priming."""
+    if plan.prime:
+        side.run(1)
+    return meter.measure(lambda: side.run(plan.tokens))
+
+
+def alternate(raw: Side, service: Side, plan: Plan, meter: CpuMeter) -> Rounds:
+    """A warm-up of each side, then ``plan.rounds`` rounds of raw, service, raw, service...
+
+    A round during which other processes took more than ``plan.max_background`` of the
+    machine is run again, as long as the attempts left (twice the rounds in all) allow it.
     """
-    raw(), service()
+    raw.run(plan.tokens)
+    service.run(plan.tokens)
     result = Rounds()
-    for attempt in range(2 * rounds):
-        needed = rounds - len(result.raw)
+    for attempt in range(2 * plan.rounds):
+        needed = plan.rounds - len(result.raw)
         if needed == 0:
             break
-        raw_sample, service_sample = one_round(raw, service, attempt)
+        raw_sample = timed_run(raw, plan, meter)
+        service_sample = timed_run(service, plan, meter)
         busy = max(raw_sample.background, service_sample.background)
-        drop = busy > max_background and 2 * rounds - attempt > needed
+        drop = busy > plan.max_background and 2 * plan.rounds - attempt > needed
         print(
-            f"  round {attempt + 1:>2} ({'service' if attempt % 2 else 'raw'} first): "
+            f"  round {attempt + 1:>2}: "
             f"raw {raw_sample.tokens_per_s:5.1f} tok/s {raw_sample.ttft_ms:5.1f} ms, "
             f"service {service_sample.tokens_per_s:5.1f} tok/s {service_sample.ttft_ms:5.1f} ms, "
             f"background {busy:5.1%}{'  (dropped: machine busy)' if drop else ''}",
@@ -390,6 +406,7 @@ def print_context(settings: Settings, args: argparse.Namespace, model_path: Path
     print(f"model                : {BUNDLED_MODEL_ID} ({model_path.name})")
     print(f"prompt               : {args.prompt!r}")
     print(f"max tokens / rounds  : {args.tokens} / {args.rounds} (+1 warm-up each)")
+    print(f"priming              : {'off' if args.no_prime else 'a one-token run before each'}")
 
 
 def print_table(rounds: Rounds, max_background: float) -> None:
@@ -470,6 +487,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "of the machine's CPU meanwhile (default: 5)",
     )
     parser.add_argument(
+        "--no-prime",
+        action="store_true",
+        help="time each run right after the other side's, without the untimed one-token run "
+        "of the same side that otherwise precedes it",
+    )
+    parser.add_argument(
         "--server-log",
         type=Path,
         default=None,
@@ -486,15 +509,10 @@ def benchmark(args: argparse.Namespace, log_path: Path) -> None:
     raw = RawRunner(model_path, settings, args.prompt)
     with running_server(log_path) as server:
         service = ServiceClient(server.base_url, server.token, args.prompt)
-        meter = CpuMeter(server.pid)
+        plan = Plan(args.tokens, args.rounds, args.max_background / 100, not args.no_prime)
         try:
-            print("\nruns (alternating, sequential):", flush=True)
-            rounds = alternate(
-                lambda: meter.measure(lambda: raw.run(args.tokens)),
-                lambda: meter.measure(lambda: service.run(args.tokens)),
-                args.rounds,
-                args.max_background / 100,
-            )
+            print("\nruns (alternating, sequential; TTFT after tok/s):", flush=True)
+            rounds = alternate(raw, service, plan, CpuMeter(server.pid))
         finally:
             service.close()
     print(f"\nprompt tokens: raw {len(raw.prompt_tokens)}, service {service.input_tokens}")

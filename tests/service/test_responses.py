@@ -347,8 +347,18 @@ async def test_function_call_output_answering_an_earlier_call_is_accepted() -> N
     assert engine.prompts == [
         [
             ChatMessage(role="user", content="Weather in Paris?"),
-            ChatMessage(role="assistant", content='get_weather({"city": "Paris"})'),
-            ChatMessage(role="tool", content="sunny"),
+            ChatMessage(
+                role="assistant",
+                content="",
+                tool_calls=(
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    },
+                ),
+            ),
+            ChatMessage(role="tool", content="sunny", tool_call_id="call_1"),
         ]
     ]
 
@@ -415,11 +425,12 @@ async def test_failure_mid_stream_ends_with_one_response_failed_after_the_deltas
     assert response.error == failed.error
 
 
-async def test_failure_before_any_delta_ends_with_response_failed() -> None:
+async def test_failure_before_any_delta_ends_with_response_failed_and_no_item() -> None:
     service = service_of(ScriptedEngine(fail_after=0))
     run = await service.start(request())
     events = await events_of(service, run)
-    assert names(events) == [CREATED, ADDED, "response.failed"]
+    assert names(events) == [CREATED, "response.failed"]
+    assert run.output == []
 
 
 async def test_complete_of_a_failing_generation_raises_generation_failed() -> None:
@@ -460,7 +471,9 @@ async def test_cancel_mid_stream_keeps_the_text_so_far_then_response_cancelled()
 
 async def test_engine_error_while_rendering_is_generation_failed() -> None:
     class Unloadable(ScriptedEngine):
-        async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
+        async def render(
+            self, entry: ModelEntry, messages: Sequence[ChatMessage], *_: object
+        ) -> Prompt:
             raise EngineError("the tokenizer of x.gguf could not be loaded")
 
     error = await refusal(service_of(Unloadable()), request())
@@ -469,7 +482,9 @@ async def test_engine_error_while_rendering_is_generation_failed() -> None:
 
 async def test_template_refusing_the_conversation_is_invalid_request_naming_input() -> None:
     class Refusing(ScriptedEngine):
-        async def render(self, entry: ModelEntry, messages: Sequence[ChatMessage]) -> Prompt:
+        async def render(
+            self, entry: ModelEntry, messages: Sequence[ChatMessage], *_: object
+        ) -> Prompt:
             raise ChatTemplateError("Conversation roles must alternate")
 
     error = await refusal(service_of(Refusing()), request())
