@@ -25,31 +25,7 @@ from lmsp_jupyter.protocol.events import (
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
-
-#: The table of LMSP 1.0 section 9.3: every problem code and its HTTP status.
-SPEC_STATUSES = {
-    "invalid_request": 400,
-    "unsupported_capability": 400,
-    "context_length_exceeded": 400,
-    "unsupported_version": 400,
-    "unauthorized": 401,
-    "insufficient_scope": 403,
-    "forbidden_origin": 403,
-    "model_not_found": 404,
-    "response_not_found": 404,
-    "task_not_found": 404,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "idempotency_in_progress": 409,
-    "event_history_expired": 410,
-    "payload_too_large": 413,
-    "unsupported_media_type": 415,
-    "idempotency_key_reused": 422,
-    "overloaded": 503,
-    "generation_failed": 500,
-    "service_restarted": 500,
-    "internal_error": 500,
-}
+from tests.spec import SPEC_STATUSES
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 RID = "resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"

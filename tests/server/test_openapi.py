@@ -38,34 +38,11 @@ from lmsp_jupyter.server.base import LmspHandler
 from lmsp_jupyter.server.handlers import NotFoundHandler, default_handlers
 from lmsp_jupyter.server.openapi import OpenApiHandler, openapi_document
 from tests.conftest import MODEL, LiveServer
+from tests.spec import SPEC_STATUSES
 
 Case = schemathesis.Case[Any]
 Operation = schemathesis.APIOperation[Any, Any, Any, Any]
 
-#: The error table of LMSP 1.0 section 9.3: code → status.
-SPEC_CODES = {
-    "invalid_request": 400,
-    "unsupported_capability": 400,
-    "context_length_exceeded": 400,
-    "unsupported_version": 400,
-    "unauthorized": 401,
-    "insufficient_scope": 403,
-    "forbidden_origin": 403,
-    "model_not_found": 404,
-    "response_not_found": 404,
-    "task_not_found": 404,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "idempotency_in_progress": 409,
-    "event_history_expired": 410,
-    "payload_too_large": 413,
-    "unsupported_media_type": 415,
-    "idempotency_key_reused": 422,
-    "overloaded": 503,
-    "generation_failed": 500,
-    "service_restarted": 500,
-    "internal_error": 500,
-}
 
 VERBS = ("get", "head", "post", "put", "patch", "delete")
 #: Generated requests per operation and generation mode (positive, negative).
@@ -220,11 +197,11 @@ def test_document_parameters_and_responses() -> None:
         problem = response["content"]["application/problem+json"]["schema"]
         assert problem["allOf"][0] == {"$ref": "#/components/schemas/Problem"}
         codes = problem["allOf"][1]["properties"]["code"]["enum"]
-        assert codes == [code for code, code_status in SPEC_CODES.items() if code_status == status]
+        assert codes == [code for code, number in SPEC_STATUSES.items() if number == status]
 
 
 def test_problem_table_is_the_spec_table() -> None:
-    assert {code: status for code, (status, _) in PROBLEM_TYPES.items()} == SPEC_CODES
+    assert {code: status for code, (status, _) in PROBLEM_TYPES.items()} == SPEC_STATUSES
 
 
 def test_document_schemas_accept_what_the_service_sends() -> None:
@@ -314,8 +291,8 @@ def problem_document(response: schemathesis.Response, case: Case) -> None:
     assert media_type == "application/problem+json", f"error as {media_type!r}"
     problem = json.loads(response.content)
     assert isinstance(problem, dict), problem
-    assert problem.get("code") in SPEC_CODES, f"code {problem.get('code')!r} is not in the table"
-    assert SPEC_CODES[problem["code"]] == response.status_code == problem.get("status"), problem
+    assert problem.get("code") in SPEC_STATUSES, f"code {problem.get('code')!r} is not in the table"
+    assert SPEC_STATUSES[problem["code"]] == response.status_code == problem.get("status"), problem
     assert "Traceback" not in response.text
 
 
