@@ -114,7 +114,12 @@ def free_port() -> int:
 
 
 def server_command(
-    port: int, token: str, root: Path, store_path: Path, profile: Path | None = None
+    port: int,
+    token: str,
+    root: Path,
+    store_path: Path,
+    profile: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """``jupyter lmsp`` on ``store_path``, with no model stores but the bundled model.
 
@@ -137,18 +142,22 @@ def server_command(
     ]
     if os.geteuid() == 0:
         command.append("--allow-root")
-    return command
+    return [*command, *extra]
 
 
 @contextlib.contextmanager
 def running_server(
-    root: Path, store_path: Path, log_path: Path, profile: Path | None = None
+    root: Path,
+    store_path: Path,
+    log_path: Path,
+    profile: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> Iterator[Server]:
     """Start ``jupyter lmsp``, yield it once it answers, and stop it whatever happens."""
     port, token = free_port(), secrets.token_hex(16)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            server_command(port, token, root, store_path, profile),
+            server_command(port, token, root, store_path, profile, extra),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -907,7 +916,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run a live run again when other processes took more than this share of the "
         "machine's CPUs meanwhile (default: 15)",
     )
-    add("--retries", type=int, default=3, help="most re-runs of one live run (machine busy)")
+    add("--retries", type=int, default=2, help="most re-runs of one live run (machine busy)")
     add("--tokens", type=int, default=300, help="max_output_tokens of the live task")
     add("--prompt", default=DEFAULT_PROMPT, help="input of the live task")
     add(
@@ -918,6 +927,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="late followers join over this fraction of the 0-follower run's duration",
     )
     add("--skip-live", action="store_true", help="only the stored replay")
+    add(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for jupyter lmsp, e.g. --server-arg=--LmspApp.threads=1",
+    )
     add("--server-log", type=Path, default=None, help="keep the server's output here")
     add(
         "--profile-server",
@@ -974,9 +990,12 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     print(
         f"cpu_count: {os.cpu_count()}, python {sys.version.split()[0]}, httpx {httpx.__version__}"
     )
+    if args.server_arg:
+        print(f"server arguments: {' '.join(args.server_arg)}")
     store_path = scratch / "lmsp.sqlite3"
     stored = fill_store(store_path, args.events)
-    with running_server(scratch, store_path, log_path, args.profile_server) as server:
+    extra = args.server_arg
+    with running_server(scratch, store_path, log_path, args.profile_server, extra) as server:
         print(f"server pid {server.pid}\n\nstored replay of {stored.id}:", flush=True)
         replays, usage = replay_phase(server, stored, args.replay_runs)
         runs = [] if args.skip_live else live_phase(server, args)

@@ -83,6 +83,7 @@ class Sample:
     first_s: float
     last_s: float
     end_s: float
+    text: str = field(default="", repr=False)
     background: float = 0.0
 
     @property
@@ -129,6 +130,7 @@ class RawRunner:
         # the cached prefix of the previous run.
         self.llm.reset()  # type: ignore[no-untyped-call]
         first, last = 0.0, 0.0
+        pieces: list[str] = []
         start = time.perf_counter()
         stream = cast(
             "Iterator[dict[str, Any]]",
@@ -139,9 +141,10 @@ class RawRunner:
         for count, chunk in enumerate(stream):  # each chunk but the closing one is a token
             now = time.perf_counter() - start
             if chunk["choices"][0]["finish_reason"] is not None:
-                return Sample(tokens=count, first_s=first, last_s=last, end_s=now)
+                return Sample(count, first, last, now, text="".join(pieces))
             first = first or now
             last = now
+            pieces.append(chunk["choices"][0]["text"])
         raise RuntimeError("llama-cpp-python ended the stream without a closing chunk")
 
 
@@ -246,6 +249,7 @@ class ServiceClient:
             "stream": True,
         }
         first, last = 0.0, 0.0
+        deltas: list[str] = []
         start = time.perf_counter()
         with self.client.stream("POST", "/lmsp/v1/responses", json=body) as response:
             response.raise_for_status()
@@ -254,17 +258,19 @@ class ServiceClient:
                 if name == "response.output_text.delta":
                     first = first or now
                     last = now
+                    deltas.append(data)  # parsed after the stream, not while it is timed
                 elif name in ENDED_EVENTS:
-                    return self._final(name, data, Sample(0, first, last, now))
+                    return self._final(name, data, deltas, Sample(0, first, last, now))
         raise RuntimeError("the stream ended without a final event")
 
-    def _final(self, name: str, data: str, times: Sample) -> Sample:
-        """The sample of a stream that ended with event ``name``, counting its output tokens."""
+    def _final(self, name: str, data: str, deltas: list[str], times: Sample) -> Sample:
+        """The sample of a stream that ended with event ``name``: its tokens and its text."""
         if name not in FINAL_EVENTS:
             raise RuntimeError(f"the stream ended with {name}: {data}")
         usage: dict[str, Any] = json.loads(data)["usage"]
         self.input_tokens = usage["input_tokens"]
-        return replace(times, tokens=usage["output_tokens"])
+        text = "".join(json.loads(delta)["delta"] for delta in deltas)
+        return replace(times, tokens=usage["output_tokens"], text=text)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -430,6 +436,8 @@ def print_table(rounds: Rounds, max_background: float) -> None:
         )
     if {s.tokens for s in raw} != {s.tokens for s in service}:
         print("warning: the two sides generated different numbers of tokens")
+    same = {s.text for s in raw} == {s.text for s in service}
+    print(f"output text: {'the same' if same else 'DIFFERENT'} on both sides")
 
 
 def spread(values: list[float], spec: str) -> str:
@@ -521,9 +529,15 @@ def benchmark(args: argparse.Namespace, log_path: Path) -> None:
     print_targets(ratio, overhead)
 
 
+def terminate(signum: int, frame: object) -> None:
+    """SIGTERM: leave through the ``finally`` blocks, which stop the server."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, terminate)
     with tempfile.TemporaryDirectory() as scratch:
         log_path = args.server_log or Path(scratch) / "server.log"
         try:
