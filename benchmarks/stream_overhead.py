@@ -331,11 +331,24 @@ class CpuMeter:
 
 @dataclass
 class Rounds:
-    """The measured rounds kept so far, and those dropped for background load."""
+    """Measured rounds, (raw, service) pairs: those on a quiet machine and the busy ones."""
 
-    raw: list[Sample] = field(default_factory=list)
-    service: list[Sample] = field(default_factory=list)
-    dropped: int = 0
+    quiet: list[tuple[Sample, Sample]] = field(default_factory=list)
+    busy: list[tuple[Sample, Sample]] = field(default_factory=list)
+
+    def used(self) -> list[tuple[Sample, Sample]]:
+        """The rounds the results come from: the quiet ones, or the busy ones if none was."""
+        return self.quiet or self.busy
+
+    @property
+    def raw(self) -> list[Sample]:
+        """The raw samples used."""
+        return [pair[0] for pair in self.used()]
+
+    @property
+    def service(self) -> list[Sample]:
+        """The service samples used."""
+        return [pair[1] for pair in self.used()]
 
 
 class Side(Protocol):
@@ -367,31 +380,25 @@ def alternate(raw: Side, service: Side, plan: Plan, meter: CpuMeter) -> Rounds:
     """A warm-up of each side, then ``plan.rounds`` rounds of raw, service, raw, service...
 
     A round during which other processes took more than ``plan.max_background`` of the
-    machine is run again, as long as the attempts left (twice the rounds in all) allow it.
+    machine is set aside and run again, within three times the rounds asked for in all.
     """
     raw.run(plan.tokens)
     service.run(plan.tokens)
     result = Rounds()
-    for attempt in range(2 * plan.rounds):
-        needed = plan.rounds - len(result.raw)
-        if needed == 0:
+    for attempt in range(3 * plan.rounds):
+        if len(result.quiet) == plan.rounds:
             break
-        raw_sample = timed_run(raw, plan, meter)
-        service_sample = timed_run(service, plan, meter)
-        busy = max(raw_sample.background, service_sample.background)
-        drop = busy > plan.max_background and 2 * plan.rounds - attempt > needed
+        pair = timed_run(raw, plan, meter), timed_run(service, plan, meter)
+        busy = max(sample.background for sample in pair) > plan.max_background
+        (result.busy if busy else result.quiet).append(pair)
         print(
             f"  round {attempt + 1:>2}: "
-            f"raw {raw_sample.tokens_per_s:5.1f} tok/s {raw_sample.ttft_ms:5.1f} ms, "
-            f"service {service_sample.tokens_per_s:5.1f} tok/s {service_sample.ttft_ms:5.1f} ms, "
-            f"background {busy:5.1%}{'  (dropped: machine busy)' if drop else ''}",
+            f"raw {pair[0].tokens_per_s:5.1f} tok/s {pair[0].ttft_ms:5.1f} ms, "
+            f"service {pair[1].tokens_per_s:5.1f} tok/s {pair[1].ttft_ms:5.1f} ms, "
+            f"background {max(sample.background for sample in pair):5.1%}"
+            f"{'  (set aside: machine busy)' if busy else ''}",
             flush=True,
         )
-        if drop:
-            result.dropped += 1
-            continue
-        result.raw.append(raw_sample)
-        result.service.append(service_sample)
     return result
 
 
@@ -415,16 +422,20 @@ def print_context(settings: Settings, args: argparse.Namespace, model_path: Path
     print(f"priming              : {'off' if args.no_prime else 'a one-token run before each'}")
 
 
-def print_table(rounds: Rounds, max_background: float) -> None:
+def print_rounds(rounds: Rounds, asked: int) -> None:
+    """How many rounds the results come from, and how busy the machine was meanwhile."""
+    background = median(rounds.raw + rounds.service, lambda s: s.background)
+    print(
+        f"rounds used: {len(rounds.quiet)} on a quiet machine of {asked} asked, "
+        f"{len(rounds.busy)} set aside; median background load: {background:.1%} of the machine"
+    )
+    if not rounds.quiet:
+        print("warning: no round ran on a quiet machine; these busy rounds are unreliable")
+
+
+def print_table(rounds: Rounds) -> None:
     """Per side: tokens generated, median tokens/s (end-to-end, decode-only) and TTFT."""
     raw, service = rounds.raw, rounds.service
-    background = median(raw + service, lambda s: s.background)
-    print(
-        f"rounds kept: {len(raw)}, dropped for background load: {rounds.dropped}; "
-        f"median background load of the kept runs: {background:.1%} of the machine"
-    )
-    if background > max_background:
-        print("warning: other processes kept the machine busy; these numbers are unreliable")
     print(f"\n{'side':<9}{'tokens':>8}{'tok/s e2e':>12}{'tok/s decode':>14}{'TTFT ms':>10}")
     for name, samples in (("raw", raw), ("service", service)):
         counts = "/".join(str(count) for count in sorted({s.tokens for s in samples}))
@@ -524,7 +535,8 @@ def benchmark(args: argparse.Namespace, log_path: Path) -> None:
         finally:
             service.close()
     print(f"\nprompt tokens: raw {len(raw.prompt_tokens)}, service {service.input_tokens}")
-    print_table(rounds, args.max_background / 100)
+    print_rounds(rounds, args.rounds)
+    print_table(rounds)
     ratio, overhead = print_summary(rounds)
     print_targets(ratio, overhead)
 
