@@ -1017,9 +1017,15 @@ def print_profile(path: Path, top: int = 25) -> None:
     pstats.Stats(str(path), stream=sys.stdout).sort_stats("tottime").print_stats(top)
 
 
+def interrupt(signum: int, frame: object) -> None:
+    """A signal that ends the benchmark: as Ctrl-C, so the server is stopped on the way out."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupt)  # so that the server is stopped then too
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         log_path = args.server_log or scratch / "server.log"
