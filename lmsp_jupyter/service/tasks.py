@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError, Problem
-from ..protocol.events import FINAL_EVENTS, ResponseCancelled, ResponseEvent, ResponseFailed
+from ..protocol.events import ResponseCancelled, ResponseEvent, ResponseFailed
 from ..protocol.ids import new_id
 from ..protocol.requests import parse_response_request, validate_request
 from ..protocol.responses import Response
@@ -34,10 +34,12 @@ class _Channel:
 
     def __init__(self) -> None:
         self.events: list[StoredEvent] = []
+        self.finished = False
         self._wake = asyncio.Event()
 
     def publish(self, event: StoredEvent) -> None:
         self.events.append(event)
+        self.finished = event.is_final
         self._wake.set()
         self._wake = asyncio.Event()
 
@@ -48,8 +50,10 @@ class _Channel:
                 event = self.events[index]
                 index += 1
                 yield event
-                if event.event in FINAL_EVENTS:
+                if event.is_final:
                     return
+            if self.finished:  # a cursor past the final event: nothing more will come
+                return
             await self._wake.wait()
 
 

@@ -408,3 +408,10 @@ def test_a_token_sees_only_its_own_tasks_and_responses(
     theirs = start(client, tokens=1)
     assert_problem(editor.get(f"/tasks/{theirs['id']}"), 404, "task_not_found")
     events(client, theirs["id"])
+
+
+def test_a_cursor_past_the_end_of_a_live_task_closes_when_it_ends(client: httpx.Client) -> None:
+    task = start(client, tokens=10)
+    assert events(client, task["id"], params={"after": 1000}) == []
+    final = client.get(f"/tasks/{task['id']}").json()
+    assert final["status"] == "incomplete"
