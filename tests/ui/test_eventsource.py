@@ -12,17 +12,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from playwright.sync_api import Browser, Page
 
 from tests.conftest import MODEL, LiveServer
 from tests.ui.proxy import CuttableProxy
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 FINAL_TYPES = (
     "response.completed",
     "response.incomplete",
@@ -37,14 +35,6 @@ EVENT_TYPES = (
     *FINAL_TYPES,
 )
 STORY = "Write a long story about a cat."
-
-if not CHROMIUM.exists():
-    pytest.skip(
-        f"{CHROMIUM} is missing: install Debian's chromium (scripts/test does it when it can)",
-        allow_module_level=True,
-    )
-
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 BLANK_PAGE = "<!doctype html><title>EventSource test</title>"
 #: Installed once per page: ``follow(url)`` opens an EventSource and records what it gets.
@@ -71,20 +61,6 @@ FOLLOW_JS = """
   };
 }
 """
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    """Headless Chromium.
-
-    Function-scoped on purpose: Playwright's sync API leaves its own asyncio loop current
-    while it runs, and pytest-jupyter's autouse ``jp_asyncio_loop`` (function-scoped, set up
-    before any function-scoped fixture) would otherwise pick that loop up and close it.
-    """
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
