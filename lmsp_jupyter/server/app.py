@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, List, Unicode, default
 
+from ..client._discovery import TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.catalog import (
     BUNDLED_MODEL_ID,
     ModelCatalog,
@@ -185,6 +187,10 @@ class LmspApp(ExtensionApp):
                 keys,
             )
 
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Once the server listens, tell the kernels it will start where LMSP is."""
+        export_location(serverapp, os.environ)
+
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes."""
         self.handlers.extend(default_handlers)
@@ -195,6 +201,30 @@ class LmspApp(ExtensionApp):
             self._purger.stop()
             await self.task_service.close()
             self.engine.close()
+
+
+def export_location(serverapp: Any, environ: MutableMapping[str, str]) -> None:
+    """Set ``LMSP_URL`` and ``LMSP_TOKEN`` to this server's LMSP root on loopback, and its token.
+
+    Kernels inherit the server's environment, so the client finds the service with no setup.
+    Jupyter's identity provider accepts its token as ``Authorization: Bearer``. A server on a
+    UNIX socket exports nothing: no loopback URL reaches it.
+    """
+    if serverapp.sock:
+        return
+    ip = serverapp.ip
+    if ip in ("", "0.0.0.0"):
+        ip = "127.0.0.1"
+    elif ip == "::":
+        ip = "::1"
+    host = f"[{ip}]" if ":" in ip else ip
+    scheme = "https" if serverapp.certfile else "http"
+    environ[URL_VARIABLE] = f"{scheme}://{host}:{serverapp.port}{serverapp.base_url}lmsp/v1"
+    token = serverapp.identity_provider.token
+    if token:
+        environ[TOKEN_VARIABLE] = token
+    else:
+        environ.pop(TOKEN_VARIABLE, None)
 
 
 def main(argv: list[str] | None = None, **kwargs: Any) -> None:

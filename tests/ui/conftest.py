@@ -1,4 +1,4 @@
-"""Headless Chromium for the browser tests (Debian's ``/usr/bin/chromium``, driven by Playwright)."""
+"""Headless Chromium for the browser tests: Debian's ``/usr/bin/chromium`` driven by Playwright."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
-from playwright.sync_api import Browser, sync_playwright
 
 HERE = Path(__file__).parent
 
@@ -19,7 +18,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Skip the browser tests, saying why, where Chromium is missing."""
     if CHROMIUM.exists():
         return
-    reason = f"{CHROMIUM} is missing: install Debian's chromium (scripts/test does it when it can)"
+    reason = f"{CHROMIUM} is missing: install Debian's chromium (scripts/test does when it can)"
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,209 @@
+/**
+ * The MIME renderer of `application/vnd.lmsp.task+json`: saved rounds from the
+ * bundle, the running round followed from the browser, clicks to the server and kernel.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { ServerConnection } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
+
+import { cancelTask } from './api';
+import { TaskFollower, type FollowEnd } from './follow';
+import type { KernelMessenger } from './kernel';
+import { AnswerView, type AnswerState, type Response } from './render';
+
+/** The MIME type of an ask's durable state. */
+export const MIME_TYPE = 'application/vnd.lmsp.task+json';
+
+/** Ahead of the ipywidgets widget-view renderer (-10): in JupyterLab this view shows every ask. */
+export const RENDERER_RANK = -20;
+
+const settings = ServerConnection.makeSettings();
+
+/** A URL under this Jupyter server's LMSP root, e.g. `/user/me/lmsp/v1/tasks/…`. */
+function lmspUrl(...parts: string[]): string {
+  return URLExt.join(settings.baseUrl, 'lmsp/v1', ...parts.map(encodeURIComponent));
+}
+
+/** Requests with the user's Jupyter session: cookie, page token, XSRF header. */
+function request(url: string, init: RequestInit = {}): Promise<globalThis.Response> {
+  return ServerConnection.makeRequest(url, init, settings);
+}
+
+const NOTES: Record<string, string> = {
+  event_history_expired: 'The live events of this round have expired; showing what was saved.',
+  task_not_found: 'This task is no longer on the server; showing what was saved.'
+};
+
+/** Renders one ask; kept across update_display so the live stream goes on. */
+export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
+  private readonly _messenger: KernelMessenger;
+  private readonly _view: AnswerView;
+  private readonly _followers = new Map<string, TaskFollower>();
+  private _trusted = false;
+
+  constructor(messenger: KernelMessenger) {
+    super();
+    this._messenger = messenger;
+    this.addClass('lmsp-rendered-task');
+    this._view = new AnswerView({
+      stop: () => void this._stop(),
+      decide: (callId, decision) =>
+        this._send({ type: 'decide', ask_id: this._askId(), call_id: callId, decision })
+    });
+    this.node.append(this._view.node);
+    messenger.kernelsChanged.connect(this._updateActions, this);
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const state = model.data[MIME_TYPE] as unknown as AnswerState | undefined;
+    if (!state || !Array.isArray(state.rounds)) {
+      return;
+    }
+    this._trusted = model.trusted;
+    this._view.setState(state);
+    this._follow();
+    this._updateActions();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._messenger.kernelsChanged.disconnect(this._updateActions, this);
+    for (const follower of this._followers.values()) {
+      follower.dispose();
+    }
+    this._followers.clear();
+    super.dispose();
+  }
+
+  /** Follow every running round not followed yet; stop following saved ones. */
+  private _follow(): void {
+    const answer = this._view.answer;
+    const running = new Set(answer.runningTaskIds());
+    for (const [taskId, follower] of Array.from(this._followers)) {
+      if (!running.has(taskId)) {
+        follower.dispose();
+        this._followers.delete(taskId);
+      }
+    }
+    for (const taskId of running) {
+      if (this._followers.has(taskId)) {
+        continue;
+      }
+      const follower = new TaskFollower({
+        url: lmspUrl('tasks', taskId, 'events'),
+        after: answer.lastEventId(taskId),
+        onEvents: events => {
+          this._view.setNote('');
+          this._view.applyEvents(taskId, events);
+        },
+        onRetry: () => this._view.setNote('Connection lost; reconnecting…'),
+        onEnd: end => void this._ended(taskId, end),
+        fetch: request
+      });
+      this._followers.set(taskId, follower);
+      void follower.run();
+    }
+  }
+
+  private async _ended(taskId: string, end: FollowEnd): Promise<void> {
+    if (end.reason === 'final') {
+      this._view.setNote('');
+      return;
+    }
+    if (end.reason === 'unreachable') {
+      this._view.setNote('The server cannot be reached; showing what was saved.');
+      return;
+    }
+    const code = end.problem.code ?? '';
+    this._view.setNote(
+      NOTES[code] ?? `Cannot follow this task: ${end.problem.detail ?? end.status}.`
+    );
+    if (code === 'event_history_expired') {
+      await this._showResult(taskId);
+    }
+  }
+
+  /** After the events expired the task may still hold its result (6.4): show it. */
+  private async _showResult(taskId: string): Promise<void> {
+    const reply = await request(lmspUrl('tasks', taskId));
+    const task = reply.ok ? ((await reply.json()) as { result?: Response | null }) : null;
+    const state = this._view.answer.state;
+    if (!task?.result || !state || this.isDisposed) {
+      return;
+    }
+    this._view.setState({
+      ...state,
+      rounds: state.rounds.map(round =>
+        round.task_id === taskId ? { ...round, response: task.result ?? null } : round
+      )
+    });
+  }
+
+  private _askId(): string {
+    return this._view.answer.state?.ask_id ?? '';
+  }
+
+  private _updateActions(): void {
+    const state = this._view.answer.state;
+    if (!this._trusted) {
+      this._view.setActionsEnabled(
+        false,
+        'Trust this notebook to stop the answer or decide on tool calls.'
+      );
+    } else if (
+      state &&
+      !this._messenger.isRunning(state.kernel_id) &&
+      this._hasPendingCall(state)
+    ) {
+      this._view.setActionsEnabled(
+        false,
+        'The kernel that asked is not running: tool calls cannot be decided.'
+      );
+    } else {
+      this._view.setActionsEnabled(true);
+    }
+  }
+
+  private _hasPendingCall(state: AnswerState): boolean {
+    return Object.values(state.tool_calls ?? {}).some(call => call.decision === 'pending');
+  }
+
+  /** Stop cancels the running task on the server, which the kernel then sees end. */
+  private async _stop(): Promise<void> {
+    const taskId = this._view.answer.activeTaskId();
+    if (!taskId) {
+      return;
+    }
+    try {
+      await cancelTask(taskId);
+    } catch (error) {
+      this._view.setNote(`Stop failed: ${(error as Error).message}`);
+    }
+  }
+
+  private _send(request: Parameters<KernelMessenger['send']>[1]): void {
+    const kernelId = this._view.answer.state?.kernel_id;
+    if (!kernelId || !this._messenger.isRunning(kernelId)) {
+      this._updateActions();
+      return;
+    }
+    try {
+      this._messenger.send(kernelId, request);
+    } catch (error) {
+      this._view.setNote(`Could not reach the kernel: ${String(error)}`);
+    }
+  }
+}
+
+/** The renderer factory registered with the application's rendermime registry. */
+export function taskRendererFactory(messenger: KernelMessenger): IRenderMime.IRendererFactory {
+  return {
+    safe: true,
+    mimeTypes: [MIME_TYPE],
+    defaultRank: RENDERER_RANK,
+    createRenderer: () => new TaskRenderer(messenger)
+  };
+}

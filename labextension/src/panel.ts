@@ -1,0 +1,224 @@
+/**
+ * The LMSP side panel: the models on this machine and the Jupyter user's recent tasks,
+ * with a Cancel button for each task that is still queued or running.
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { LabIcon } from '@jupyterlab/ui-components';
+import type { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import {
+  LmspModel,
+  LmspTask,
+  Poller,
+  cancelTask,
+  isRunning,
+  listModels,
+  listTasks
+} from './api';
+import '../style/panel.css';
+
+const POLL_MS = 2000;
+const RECENT_TASKS = 20;
+
+/** The panel's tab icon: a chip with a spark. */
+export const lmspIcon = new LabIcon({
+  name: 'lmsp-jupyter:lmsp',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+    '<g class="jp-icon3" fill="#616161">' +
+    '<path d="M7 4h10a3 3 0 0 1 3 3v10a3 3 0 0 1-3 3H7a3 3 0 0 1-3-3V7a3 3 0 0 1 3-3zm0 2a1 1 0 0 0-1 1v10a1 1 0 0 0 1 1h10a1 1 0 0 0 1-1V7a1 1 0 0 0-1-1z"/>' +
+    '<path d="M12 7.5l1.2 3.3 3.3 1.2-3.3 1.2-1.2 3.3-1.2-3.3-3.3-1.2 3.3-1.2z"/>' +
+    '</g></svg>'
+});
+
+/** `253 MB`, `1.2 GB`: sizes the way disks count them. */
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${value >= 100 || unit === 0 ? Math.round(value) : value.toFixed(1)} ${units[unit]}`;
+}
+
+/**
+ * Output tokens per second of a finished task. The task's times are whole seconds, so a run
+ * that started and ended within the same second only gives a lower bound.
+ */
+export function tokensPerSecond(task: LmspTask): string {
+  const tokens = task.result?.usage?.output_tokens;
+  if (tokens === undefined || task.started_at === null || task.completed_at === null) {
+    return '';
+  }
+  const seconds = task.completed_at - task.started_at;
+  return seconds > 0 ? `${(tokens / seconds).toFixed(1)} tok/s` : `>${tokens} tok/s`;
+}
+
+function element<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text = ''
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  node.textContent = text;
+  return node;
+}
+
+/** The side panel widget; it polls only while it is visible. */
+export class LmspPanel extends Widget {
+  private readonly modelList = element('ul', 'lmsp-panel-models');
+  private readonly taskList = element('ul', 'lmsp-panel-tasks');
+  private readonly error = element('div', 'lmsp-panel-error');
+  private readonly poller = new Poller(() => this.refresh(), POLL_MS);
+  // The JSON last rendered, so an unchanged poll leaves the DOM (and hover, focus) alone.
+  private shown = { models: '', tasks: '' };
+
+  constructor() {
+    super();
+    this.id = 'lmsp-panel';
+    this.addClass('lmsp-panel');
+    this.title.icon = lmspIcon;
+    this.title.caption = 'LMSP';
+    const header = element('div', 'lmsp-panel-header');
+    header.append(element('h2', 'lmsp-panel-title', 'LMSP'));
+    const refresh = element('button', 'jp-Button jp-mod-minimal lmsp-panel-refresh', '⟳');
+    refresh.title = 'Refresh';
+    refresh.addEventListener('click', () => void this.poller.now());
+    header.append(refresh);
+    this.node.append(
+      header,
+      this.error,
+      element('h3', 'lmsp-panel-section', 'Models'),
+      this.modelList,
+      element('h3', 'lmsp-panel-section', 'Tasks'),
+      this.taskList
+    );
+  }
+
+  /** Fetch models and tasks and show them (errors are shown in the panel). */
+  async refresh(): Promise<void> {
+    try {
+      const [models, tasks] = await Promise.all([
+        listModels(),
+        listTasks({ limit: RECENT_TASKS })
+      ]);
+      this.error.textContent = '';
+      this.showModels(models);
+      this.showTasks(tasks);
+    } catch (reason) {
+      this.error.textContent = `Cannot reach the LMSP service: ${(reason as Error).message}`;
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.poller.start();
+  }
+
+  protected onBeforeHide(msg: Message): void {
+    super.onBeforeHide(msg);
+    this.poller.stop();
+  }
+
+  dispose(): void {
+    this.poller.stop();
+    super.dispose();
+  }
+
+  private showModels(models: LmspModel[]): void {
+    const json = JSON.stringify(models);
+    if (json === this.shown.models) {
+      return;
+    }
+    this.shown.models = json;
+    this.modelList.replaceChildren(
+      ...(models.length ? models.map(modelRow) : [element('li', 'lmsp-panel-empty', 'No models')])
+    );
+  }
+
+  private showTasks(tasks: LmspTask[]): void {
+    const json = JSON.stringify(tasks.map(({ result, ...rest }) => [rest, result?.usage]));
+    if (json === this.shown.tasks) {
+      return;
+    }
+    this.shown.tasks = json;
+    this.taskList.replaceChildren(
+      ...(tasks.length
+        ? tasks.map(task => this.taskRow(task))
+        : [element('li', 'lmsp-panel-empty', 'No tasks')])
+    );
+  }
+
+  private taskRow(task: LmspTask): HTMLLIElement {
+    const row = element('li', 'lmsp-panel-task');
+    row.dataset.taskId = task.id;
+    row.dataset.status = task.status;
+    const line = element('div', 'lmsp-panel-line');
+    line.append(
+      element('code', 'lmsp-panel-task-id', task.id),
+      element('span', `lmsp-panel-badge lmsp-panel-status-${task.status}`, task.status)
+    );
+    if (isRunning(task)) {
+      const cancel = element('button', 'jp-Button jp-mod-styled jp-mod-warn lmsp-panel-cancel');
+      cancel.textContent = 'Cancel';
+      cancel.addEventListener('click', () => void this.cancel(task.id, cancel));
+      line.append(cancel);
+    }
+    const details = [new Date(task.created_at * 1000).toLocaleTimeString()];
+    if (task.result) {
+      details.push(task.result.model, tokensPerSecond(task));
+    } else if (task.status === 'queued' && task.queue_position !== undefined) {
+      details.push(`#${task.queue_position} in queue`);
+    } else if (task.status === 'in_progress') {
+      details.push('running');
+    }
+    const info = element('div', 'lmsp-panel-details', details.filter(Boolean).join(' · '));
+    if (task.result?.usage) {
+      info.title = 'Output tokens ÷ (completed_at − started_at), in whole seconds';
+    }
+    row.append(line, info);
+    return row;
+  }
+
+  private async cancel(taskId: string, button: HTMLButtonElement): Promise<void> {
+    button.disabled = true;
+    try {
+      await cancelTask(taskId);
+    } catch (reason) {
+      this.error.textContent = `Cancel failed: ${(reason as Error).message}`;
+    }
+    await this.refresh();
+  }
+}
+
+function modelRow(model: LmspModel): HTMLLIElement {
+  const row = element('li', 'lmsp-panel-model');
+  row.dataset.modelId = model.id;
+  row.dataset.status = model.status;
+  const line = element('div', 'lmsp-panel-line');
+  line.append(
+    element('span', 'lmsp-panel-model-id', model.id),
+    element('span', `lmsp-panel-badge lmsp-panel-status-${model.status}`, model.status)
+  );
+  const details = [
+    formatBytes(model.size_bytes),
+    `${model.context_length.toLocaleString()} ctx`,
+    model.capabilities.join(', ')
+  ];
+  row.append(line, element('div', 'lmsp-panel-details', details.join(' · ')));
+  return row;
+}
+
+/** Adds the LMSP panel to the left area. */
+export const panelPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'lmsp-jupyter:panel',
+  description: 'A side panel listing the LMSP models and tasks.',
+  autoStart: true,
+  activate: (app: JupyterFrontEnd): void => {
+    app.shell.add(new LmspPanel(), 'left', { rank: 900 });
+  }
+};

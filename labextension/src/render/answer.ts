@@ -1,0 +1,129 @@
+/**
+ * One ask as the views see it: the kernel's durable `AnswerState` plus the live
+ * events of its running round.
+ */
+import {
+  applyEvents,
+  emptyRound,
+  isFinal,
+  roundFromResponse,
+  tokensPerSecond,
+  type RoundView
+} from './reducer';
+import type { AnswerState, AnswerStatus, TaskEvent, Usage } from './types';
+
+const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);
+
+/** An `AnswerState` with the live rounds reduced from events. */
+export class Answer {
+  private _state: AnswerState | null = null;
+  private readonly _live = new Map<string, RoundView>();
+
+  /** The durable state last set, if any. */
+  get state(): AnswerState | null {
+    return this._state;
+  }
+
+  /**
+   * Take a new durable state. Live rounds are kept after their response is saved:
+   * their timing still tells the tokens per second.
+   */
+  setState(state: AnswerState): void {
+    this._state = state;
+  }
+
+  /**
+   * Apply events of task `taskId` that arrived at `now` (ms). Returns whether anything
+   * changed: events of other tasks, finished rounds and already applied ids change nothing.
+   */
+  applyEvents(taskId: string, events: readonly TaskEvent[], now: number): boolean {
+    if (!this.runningTaskIds().includes(taskId)) {
+      return false;
+    }
+    const before = this._live.get(taskId) ?? emptyRound(taskId);
+    const after = applyEvents(before, events, now);
+    this._live.set(taskId, after);
+    return after !== before;
+  }
+
+  /** Id of the last event applied for `taskId` (0 before the first). */
+  lastEventId(taskId: string): number {
+    return this._live.get(taskId)?.lastEventId ?? 0;
+  }
+
+  /** Tasks of rounds whose response is not saved yet: the ones to follow. */
+  runningTaskIds(): string[] {
+    return (this._state?.rounds ?? []).filter(r => r.response === null).map(r => r.task_id);
+  }
+
+  /** The task still generating, if any: a running round without a final event. */
+  activeTaskId(): string | null {
+    return (
+      this.runningTaskIds().find(id => {
+        const live = this._live.get(id);
+        return !live || !isFinal(live);
+      }) ?? null
+    );
+  }
+
+  /** Every round, finished ones from their saved response, running ones from events. */
+  rounds(): RoundView[] {
+    return (this._state?.rounds ?? []).map(round =>
+      round.response
+        ? roundFromResponse(round.task_id, round.response)
+        : (this._live.get(round.task_id) ?? emptyRound(round.task_id))
+    );
+  }
+
+  /**
+   * The ask's status. The kernel's word, except that a running ask whose live round has
+   * ended shows how it ended until the kernel says what comes next.
+   */
+  status(): AnswerStatus {
+    const status = this._state?.status ?? 'queued';
+    if (!RUNNING.has(status)) {
+      return status;
+    }
+    const rounds = this._state?.rounds ?? [];
+    const last = rounds[rounds.length - 1];
+    const live = last && !last.response ? this._live.get(last.task_id) : undefined;
+    if (!live) {
+      return status;
+    }
+    return live.status === 'queued' ? status : live.status;
+  }
+
+  /** Whether generation may still be going on (a Stop makes sense). */
+  isRunning(): boolean {
+    return RUNNING.has(this.status());
+  }
+
+  /** Tokens of all rounds with known usage, or null when none is known. */
+  usage(): Usage | null {
+    const known = this.rounds()
+      .map(round => round.usage)
+      .filter((usage): usage is Usage => usage !== null);
+    if (known.length === 0) {
+      return null;
+    }
+    return known.reduce((sum, usage) => ({
+      input_tokens: sum.input_tokens + usage.input_tokens,
+      output_tokens: sum.output_tokens + usage.output_tokens,
+      total_tokens: sum.total_tokens + usage.total_tokens
+    }));
+  }
+
+  /** Output tokens per second of the newest round watched live, or null. */
+  tokensPerSecond(): number | null {
+    const rounds = [...(this._state?.rounds ?? [])].reverse();
+    for (const round of rounds) {
+      const live = this._live.get(round.task_id);
+      const usage = round.response?.usage ?? live?.usage ?? null;
+      const rate = live ? tokensPerSecond({ ...live, usage }) : null;
+      if (rate !== null) {
+        return rate;
+      }
+    }
+    return null;
+  }
+}

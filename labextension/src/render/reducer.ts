@@ -1,0 +1,240 @@
+/**
+ * A pure reducer from LMSP events to the view of one round (one task's response).
+ */
+import type { OutputItem, Problem, Response, ResponseStatus, TaskEvent, Usage } from './types';
+
+/** One output item as far as it has arrived. */
+export interface ItemView {
+  readonly id: string;
+  readonly type: OutputItem['type'];
+  readonly outputIndex: number;
+  /** Message text, reasoning summary, or a function call's arguments. */
+  readonly text: string;
+  readonly done: boolean;
+  readonly name?: string;
+  readonly callId?: string;
+}
+
+/** When deltas arrived, to tell tokens per second; times in ms of the host's clock. */
+export interface RoundTiming {
+  /** Arrival of the first batch applied; replayed events all come in it. */
+  readonly firstBatchAt: number;
+  readonly deltasInFirstBatch: number;
+  readonly lastAt: number;
+}
+
+/** One round: a task's response, live or finished. */
+export interface RoundView {
+  readonly taskId: string;
+  readonly responseId: string | null;
+  readonly status: 'queued' | ResponseStatus;
+  readonly items: readonly ItemView[];
+  readonly usage: Usage | null;
+  readonly incompleteReason: string | null;
+  readonly error: Problem | null;
+  /** Id of the last event applied; events at or below it are ignored. */
+  readonly lastEventId: number;
+  /** Delta events applied: about one per generated token. */
+  readonly deltas: number;
+  readonly timing: RoundTiming | null;
+}
+
+/** A round of which nothing has arrived yet. */
+export function emptyRound(taskId: string): RoundView {
+  return {
+    taskId,
+    responseId: null,
+    status: 'queued',
+    items: [],
+    usage: null,
+    incompleteReason: null,
+    error: null,
+    lastEventId: 0,
+    deltas: 0,
+    timing: null
+  };
+}
+
+/** The view of an output item delivered whole. */
+export function itemView(item: OutputItem, outputIndex: number, done: boolean): ItemView {
+  switch (item.type) {
+    case 'message':
+      return {
+        id: item.id,
+        type: 'message',
+        outputIndex,
+        done,
+        text: (item.content ?? []).map(part => part.text ?? '').join('')
+      };
+    case 'reasoning':
+      return {
+        id: item.id,
+        type: 'reasoning',
+        outputIndex,
+        done,
+        text: (item.summary ?? []).map(part => part.text ?? '').join('')
+      };
+    case 'function_call':
+      return {
+        id: item.id,
+        type: 'function_call',
+        outputIndex,
+        done,
+        text: item.arguments ?? '',
+        name: item.name,
+        callId: item.call_id
+      };
+  }
+}
+
+function isOutputItem(value: unknown): value is OutputItem {
+  const item = value as OutputItem | null;
+  return (
+    typeof item === 'object' &&
+    item !== null &&
+    typeof item.id === 'string' &&
+    (item.type === 'message' || item.type === 'reasoning' || item.type === 'function_call')
+  );
+}
+
+/** The view of a finished round from its saved response. */
+export function roundFromResponse(taskId: string, response: Response): RoundView {
+  return {
+    ...emptyRound(taskId),
+    responseId: response.id,
+    status: response.status,
+    items: (response.output ?? []).filter(isOutputItem).map((item, i) => itemView(item, i, true)),
+    usage: response.usage ?? null,
+    incompleteReason: response.incomplete_details?.reason ?? null,
+    error: response.error ?? null
+  };
+}
+
+function placeItem(items: readonly ItemView[], next: ItemView): ItemView[] {
+  const at = items.findIndex(item => item.id === next.id);
+  if (at >= 0) {
+    return items.map((item, i) => (i === at ? next : item));
+  }
+  return [...items, next].sort((a, b) => a.outputIndex - b.outputIndex);
+}
+
+function appendText(
+  items: readonly ItemView[],
+  itemId: unknown,
+  delta: unknown
+): ItemView[] | null {
+  if (typeof delta !== 'string') {
+    return null;
+  }
+  const at = items.findIndex(item => item.id === itemId);
+  if (at < 0 || items[at].done) {
+    return null;
+  }
+  return items.map((item, i) => (i === at ? { ...item, text: item.text + delta } : item));
+}
+
+function usageOf(data: Record<string, unknown>): Usage | null {
+  const usage = data.usage as Usage | undefined;
+  return usage && typeof usage.output_tokens === 'number' ? usage : null;
+}
+
+function applyOne(round: RoundView, event: TaskEvent): RoundView {
+  const data = event.data ?? {};
+  switch (event.event) {
+    case 'response.created':
+      return {
+        ...round,
+        status: 'in_progress',
+        responseId: typeof data.response_id === 'string' ? data.response_id : round.responseId
+      };
+    case 'response.output_item.added':
+    case 'response.output_item.done': {
+      if (!isOutputItem(data.item)) {
+        return round;
+      }
+      const done = event.event === 'response.output_item.done';
+      const index = typeof data.output_index === 'number' ? data.output_index : round.items.length;
+      return {
+        ...round,
+        status: round.status === 'queued' ? 'in_progress' : round.status,
+        items: placeItem(round.items, itemView(data.item, index, done))
+      };
+    }
+    case 'response.output_text.delta':
+    case 'response.reasoning_summary_text.delta':
+    case 'response.function_call_arguments.delta': {
+      const items = appendText(round.items, data.item_id, data.delta);
+      return items ? { ...round, items, deltas: round.deltas + 1 } : round;
+    }
+    case 'response.completed':
+      return { ...round, status: 'completed', usage: usageOf(data) };
+    case 'response.incomplete': {
+      const details = data.incomplete_details as { reason?: string } | undefined;
+      return {
+        ...round,
+        status: 'incomplete',
+        usage: usageOf(data),
+        incompleteReason: details?.reason ?? null
+      };
+    }
+    case 'response.failed':
+    case 'error':
+      return { ...round, status: 'failed', error: (data.error as Problem) ?? null };
+    case 'response.cancelled':
+      return { ...round, status: 'cancelled' };
+    default:
+      return round;
+  }
+}
+
+/**
+ * Apply one batch of events that arrived together at `now` (ms). Events at or below
+ * the round's last applied id are ignored, so re-sent events never duplicate text;
+ * unknown event names are ignored as the spec requires.
+ */
+export function applyEvents(
+  round: RoundView,
+  events: readonly TaskEvent[],
+  now: number
+): RoundView {
+  let next = round;
+  for (const event of events) {
+    if (!Number.isInteger(event.id) || event.id <= next.lastEventId) {
+      continue;
+    }
+    next = { ...applyOne(next, event), lastEventId: event.id };
+  }
+  if (next === round) {
+    return round;
+  }
+  const timing: RoundTiming = round.timing
+    ? { ...round.timing, lastAt: now }
+    : { firstBatchAt: now, deltasInFirstBatch: next.deltas, lastAt: now };
+  return { ...next, timing };
+}
+
+/** Whether the round has ended (a final event was applied or it came from a response). */
+export function isFinal(round: RoundView): boolean {
+  return round.status !== 'queued' && round.status !== 'in_progress';
+}
+
+/**
+ * Tokens per second of a round the host watched live, or null when unknown.
+ * Replayed events arrive in the first batch, so the rate counts from it; once usage is
+ * known and the round was watched from its start, the exact output tokens are used.
+ */
+export function tokensPerSecond(round: RoundView): number | null {
+  const timing = round.timing;
+  if (!timing) {
+    return null;
+  }
+  const seconds = (timing.lastAt - timing.firstBatchAt) / 1000;
+  if (seconds < 0.2) {
+    return null;
+  }
+  const watchedFromStart = timing.deltasInFirstBatch <= 1;
+  if (round.usage && watchedFromStart) {
+    return round.usage.output_tokens / seconds;
+  }
+  return (round.deltas - timing.deltasInFirstBatch) / seconds;
+}

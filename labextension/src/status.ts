@@ -1,0 +1,83 @@
+/**
+ * The LMSP status-bar item: the model in memory and whether one of the Jupyter user's tasks
+ * is generating right now.
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { Widget } from '@lumino/widgets';
+
+import { Poller, listModels, listTasks } from './api';
+import '../style/panel.css';
+
+const POLL_MS = 2000;
+
+/** What the item shows. */
+export interface LmspStatus {
+  /** The loaded model, or null when none is in memory. */
+  model: string | null;
+  /** Whether a task is in progress. */
+  generating: boolean;
+}
+
+/** The status-bar widget: `.lmsp-statusbar` with `data-state="idle|generating"`. */
+export class LmspStatusItem extends Widget {
+  private readonly poller = new Poller(() => this.refresh(), POLL_MS);
+
+  constructor() {
+    super();
+    this.addClass('lmsp-statusbar');
+    this.addClass('jp-StatusBar-TextItem');
+    this.render({ model: null, generating: false });
+    this.poller.start();
+  }
+
+  /** Ask the service which model is loaded and whether a task is in progress. */
+  async refresh(): Promise<void> {
+    try {
+      const [models, running] = await Promise.all([
+        listModels(),
+        listTasks({ status: 'in_progress', limit: 1 })
+      ]);
+      const loaded = models.find(model => model.status === 'loaded');
+      this.render({ model: loaded?.id ?? null, generating: running.length > 0 });
+    } catch (reason) {
+      this.node.dataset.state = 'unreachable';
+      this.node.textContent = 'LMSP: unreachable';
+      this.node.title = (reason as Error).message;
+    }
+  }
+
+  /** Show a status. */
+  render(status: LmspStatus): void {
+    const model = status.model ?? 'no model loaded';
+    this.node.dataset.state = status.generating ? 'generating' : 'idle';
+    this.toggleClass('lmsp-status-generating', status.generating);
+    this.node.textContent = `LMSP: ${model} · ${status.generating ? '⟳ generating' : 'idle'}`;
+    this.node.title = status.generating
+      ? `A task is generating with the LMSP service (${model})`
+      : `The LMSP service is idle (${model})`;
+  }
+
+  dispose(): void {
+    this.poller.stop();
+    super.dispose();
+  }
+}
+
+/** Adds the LMSP item to the status bar, when there is one. */
+export const statusPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'lmsp-jupyter:status',
+  description: 'A status-bar item showing the LMSP model and whether it is generating.',
+  autoStart: true,
+  optional: [IStatusBar],
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null): void => {
+    if (statusBar === null) {
+      return;
+    }
+    statusBar.registerStatusItem(statusPlugin.id, {
+      item: new LmspStatusItem(),
+      align: 'left',
+      rank: 100
+    });
+  }
+};

@@ -1,0 +1,330 @@
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+
+import { AnswerView, type AnswerActions } from '../src/render';
+import {
+  MSG,
+  RESP,
+  TASK,
+  completed,
+  created,
+  messageAdded,
+  messageDone,
+  state,
+  textDelta
+} from './fixtures';
+
+let frames: (() => void)[];
+let clock: number;
+let actions: AnswerActions & { stop: ReturnType<typeof vi.fn>; decide: ReturnType<typeof vi.fn> };
+
+function makeView(): AnswerView {
+  return new AnswerView(actions, {
+    now: () => clock,
+    requestFrame: callback => frames.push(callback)
+  });
+}
+
+function flushFrames(): void {
+  const pending = frames;
+  frames = [];
+  pending.forEach(callback => callback());
+}
+
+function text(view: AnswerView, selector: string): string {
+  return view.node.querySelector(selector)?.textContent ?? '';
+}
+
+beforeEach(() => {
+  frames = [];
+  clock = 0;
+  actions = { stop: vi.fn(), decide: vi.fn() };
+});
+
+describe('AnswerView', () => {
+  it('renders the root with the task id, status and model', () => {
+    const view = makeView();
+    view.setState(state());
+    expect(view.node.classList.contains('lmsp-answer')).toBe(true);
+    expect(view.node.dataset.taskId).toBe(TASK);
+    expect(text(view, '.lmsp-status')).toBe('in_progress');
+    expect(text(view, '.lmsp-task-id')).toBe(TASK);
+    expect(text(view, '.lmsp-model')).toBe('gemma3:270m-q4_k_m');
+  });
+
+  it('grows the message text across deltas', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'Once')]);
+    expect(text(view, '.lmsp-message')).toBe('Once');
+    view.applyEvents(TASK, [textDelta(4, ' upon')]);
+    expect(text(view, '.lmsp-message')).toBe('Once upon');
+    flushFrames();
+    view.applyEvents(TASK, [textDelta(5, ' a time')]);
+    expect(text(view, '.lmsp-message')).toBe('Once upon a time');
+  });
+
+  it('appends deltas to a text node and renders markdown once per frame', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, '**bold')]);
+    const message = view.node.querySelector('.lmsp-message')!;
+    const node = message.lastChild;
+    view.applyEvents(TASK, [textDelta(4, '** text')]);
+    expect(message.lastChild).toBe(node);
+    expect(message.querySelector('strong')).toBeNull();
+    expect(frames).toHaveLength(1);
+    flushFrames();
+    expect(message.querySelector('strong')?.textContent).toBe('bold');
+    expect(message.textContent?.trim()).toBe('bold text');
+  });
+
+  it('ignores events with ids already applied', () => {
+    const view = makeView();
+    view.setState(state());
+    const events = [created(1), messageAdded(2), textDelta(3, 'Once'), textDelta(4, ' upon')];
+    view.applyEvents(TASK, events);
+    view.applyEvents(TASK, events);
+    view.applyEvents(TASK, [textDelta(4, ' upon'), textDelta(5, ' a time')]);
+    flushFrames();
+    expect(text(view, '.lmsp-message').trim()).toBe('Once upon a time');
+  });
+
+  it('keeps the live text when the kernel re-sends the same state', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'Once')]);
+    view.setState(state());
+    view.applyEvents(TASK, [textDelta(3, 'Once'), textDelta(4, ' more')]);
+    expect(view.node.querySelectorAll('.lmsp-message')).toHaveLength(1);
+    expect(text(view, '.lmsp-message')).toBe('Once more');
+  });
+
+  it('ignores unknown events and events of other tasks', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [
+      created(1),
+      messageAdded(2),
+      { id: 3, event: 'response.future', data: {} }
+    ]);
+    view.applyEvents('task_other', [textDelta(4, 'x')]);
+    expect(view.answer.lastEventId(TASK)).toBe(3);
+    expect(text(view, '.lmsp-message')).toBe('');
+  });
+
+  it('shows a finished round from its saved response', () => {
+    const view = makeView();
+    view.setState(
+      state({
+        status: 'completed',
+        rounds: [
+          {
+            task_id: TASK,
+            response: {
+              id: RESP,
+              status: 'completed',
+              model: 'gemma3:270m-q4_k_m',
+              output: [
+                {
+                  type: 'message',
+                  id: MSG,
+                  role: 'assistant',
+                  content: [{ type: 'output_text', text: '# Title\n\nBody' }]
+                }
+              ],
+              usage: { input_tokens: 4, output_tokens: 12, total_tokens: 16 }
+            }
+          }
+        ]
+      })
+    );
+    expect(view.node.querySelector('.lmsp-message h1')?.textContent).toBe('Title');
+    expect(text(view, '.lmsp-status')).toBe('completed');
+    expect(text(view, '.lmsp-usage')).toBe('4 in · 12 out');
+    expect((view.node.querySelector('.lmsp-stop') as HTMLButtonElement).hidden).toBe(true);
+  });
+
+  it('shows the stop button while running and calls stop on click', () => {
+    const view = makeView();
+    view.setState(state());
+    const stop = view.node.querySelector('.lmsp-stop') as HTMLButtonElement;
+    expect(stop.hidden).toBe(false);
+    stop.click();
+    expect(actions.stop).toHaveBeenCalledOnce();
+    expect(stop.disabled).toBe(true);
+  });
+
+  it('computes tokens per second from output tokens and elapsed time', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [created(1), messageAdded(2)]);
+    clock = 2000;
+    view.applyEvents(TASK, [textDelta(3, 'a'), messageDone(4, 'a'), completed(5, 40)]);
+    expect(text(view, '.lmsp-rate')).toBe('20.0 tok/s');
+    expect(text(view, '.lmsp-usage')).toBe('5 in · 40 out');
+  });
+
+  it('collapses reasoning in a details element', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [
+      created(1),
+      {
+        id: 2,
+        event: 'response.output_item.added',
+        data: {
+          response_id: RESP,
+          output_index: 0,
+          item: { type: 'reasoning', id: 'rs_1', summary: [] }
+        }
+      },
+      {
+        id: 3,
+        event: 'response.reasoning_summary_text.delta',
+        data: { response_id: RESP, item_id: 'rs_1', delta: 'Think' }
+      },
+      {
+        id: 4,
+        event: 'response.reasoning_summary_text.delta',
+        data: { response_id: RESP, item_id: 'rs_1', delta: 'ing' }
+      }
+    ]);
+    const reasoning = view.node.querySelector('.lmsp-reasoning') as HTMLDetailsElement;
+    expect(reasoning.tagName).toBe('DETAILS');
+    expect(reasoning.open).toBe(false);
+    expect(reasoning.querySelector('.lmsp-reasoning-text')?.textContent).toBe('Thinking');
+  });
+
+  it('shows a pending call with Approve and Deny that call decide', () => {
+    const view = makeView();
+    view.setState(
+      state({
+        status: 'requires_action',
+        rounds: [
+          {
+            task_id: TASK,
+            response: {
+              id: RESP,
+              status: 'completed',
+              model: 'm',
+              output: [
+                {
+                  type: 'function_call',
+                  id: 'fc_1',
+                  call_id: 'call_1',
+                  name: 'get_weather',
+                  arguments: '{"city":"Paris"}'
+                }
+              ]
+            }
+          }
+        ],
+        tool_calls: {
+          call_1: {
+            name: 'get_weather',
+            arguments: '{"city":"Paris"}',
+            decision: 'pending',
+            output: null
+          }
+        }
+      })
+    );
+    const card = view.node.querySelector('.lmsp-call[data-call-id="call_1"]')!;
+    expect(card.querySelector('.lmsp-call-name')?.textContent).toBe('get_weather');
+    expect(card.querySelector('.lmsp-call-arguments')?.textContent).toBe('{\n  "city": "Paris"\n}');
+    expect(card.querySelector('.lmsp-call-decision')?.textContent).toBe('pending');
+    (card.querySelector('.lmsp-approve') as HTMLButtonElement).click();
+    expect(actions.decide).toHaveBeenCalledWith('call_1', 'approve');
+    expect((card.querySelector('.lmsp-deny') as HTMLButtonElement).disabled).toBe(true);
+  });
+
+  it('hides the buttons of a decided call and shows its output', () => {
+    const view = makeView();
+    const call = {
+      type: 'function_call' as const,
+      id: 'fc_1',
+      call_id: 'call_1',
+      name: 'f',
+      arguments: '{}'
+    };
+    view.setState(
+      state({
+        rounds: [
+          {
+            task_id: TASK,
+            response: { id: RESP, status: 'completed', model: 'm', output: [call] }
+          },
+          { task_id: 'task_02', response: null }
+        ],
+        tool_calls: {
+          call_1: { name: 'f', arguments: '{}', decision: 'denied', output: 'denied by the user' }
+        }
+      })
+    );
+    const card = view.node.querySelector('.lmsp-call')!;
+    expect(card.querySelector('.lmsp-approve')).toBeNull();
+    expect(card.querySelector('.lmsp-call-output pre')?.textContent).toBe('denied by the user');
+    expect(view.node.querySelectorAll('.lmsp-round')).toHaveLength(2);
+    expect(view.node.dataset.taskId).toBe('task_02');
+  });
+
+  it('disables the buttons with a note when actions are unavailable', () => {
+    const view = makeView();
+    view.setState(state());
+    view.setActionsEnabled(false, 'The kernel is not running.');
+    expect((view.node.querySelector('.lmsp-stop') as HTMLButtonElement).disabled).toBe(true);
+    expect(text(view, '.lmsp-note')).toBe('The kernel is not running.');
+  });
+
+  it('shows a cancelled round as cancelled', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [
+      created(1),
+      { id: 2, event: 'response.cancelled', data: { response_id: RESP, status: 'cancelled' } }
+    ]);
+    expect(text(view, '.lmsp-status')).toBe('cancelled');
+    expect((view.node.querySelector('.lmsp-stop') as HTMLButtonElement).hidden).toBe(true);
+  });
+
+  it('shows a failed round with its problem', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [
+      created(1),
+      {
+        id: 2,
+        event: 'response.failed',
+        data: {
+          response_id: RESP,
+          status: 'failed',
+          error: { code: 'generation_failed', detail: 'the model failed' }
+        }
+      }
+    ]);
+    expect(text(view, '.lmsp-status')).toBe('failed');
+    expect(text(view, '.lmsp-round-end')).toBe('Failed: the model failed');
+  });
+
+  it('sanitizes model text rendered as markdown', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [
+      created(1),
+      messageAdded(2),
+      textDelta(
+        3,
+        'Hi <img src=x onerror="alert(1)"> <script>alert(2)</script>[a](javascript:alert(3))'
+      ),
+      messageDone(
+        4,
+        'Hi <img src=x onerror="alert(1)"> <script>alert(2)</script>[a](javascript:alert(3))'
+      )
+    ]);
+    const message = view.node.querySelector('.lmsp-message')!;
+    expect(message.querySelector('img')).not.toBeNull();
+    expect(message.querySelector('[onerror]')).toBeNull();
+    expect(message.querySelector('script')).toBeNull();
+    expect(message.querySelector('a')?.getAttribute('href') ?? '').not.toContain('javascript');
+  });
+});

@@ -1,0 +1,269 @@
+"""``LmspClient`` and ``AsyncLmspClient``: one API, blocking and async; they only do the I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import Self, TypeVar
+
+import httpx
+
+from ..protocol.events import ResponseEvent
+from ..protocol.models import Model, ServiceDocument
+from ..protocol.responses import Response
+from ..protocol.tasks import Task, TaskRequest
+from . import _wire
+from ._discovery import discover
+from ._follow import RECONNECT_ATTEMPTS, EventFollower, follow_response, follow_task
+from ._wire import Call, RequestLike
+
+T = TypeVar("T")
+
+
+def _location(base_url: str | None, token: str | None) -> tuple[str, str | None]:
+    if base_url is None:
+        found = discover()
+        return found.base_url, token if token is not None else found.token
+    return base_url.rstrip("/"), token
+
+
+class LmspClient:
+    """A blocking client of an LMSP 1.0 service.
+
+    With no ``base_url`` it finds the service itself (:func:`discover`). Every method raises
+    :class:`ProblemError` for a problem document and :class:`ServiceUnreachable` when the
+    service cannot be reached; only :meth:`task_events` reconnects by itself.
+    """
+
+    #: Reconnections in a row without a new event before :meth:`task_events` gives up.
+    reconnect_attempts = RECONNECT_ATTEMPTS
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._base_url, token = _location(base_url, token)
+        self._http = httpx.Client(
+            base_url=self._base_url,
+            headers=_wire.default_headers(token),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The LMSP root, e.g. ``http://127.0.0.1:8888/lmsp/v1``."""
+        return self._base_url
+
+    def service(self) -> ServiceDocument:
+        """The service document: version, capabilities and scopes."""
+        return self._call(_wire.service())
+
+    def models(self) -> list[Model]:
+        """Every model the service can run."""
+        return self._call(_wire.models())
+
+    def create_response(self, request: RequestLike) -> Response:
+        """Generate a response and return it when it is done."""
+        return self._call(_wire.create_response(request))
+
+    def stream_response(self, request: RequestLike) -> Iterator[ResponseEvent]:
+        """Generate a response and yield its events as they come, up to the final one."""
+        return self._follow(follow_response(request))
+
+    def get_response(self, response_id: str) -> Response:
+        """A response stored with ``store: true``."""
+        return self._call(_wire.get_response(response_id))
+
+    def create_task(
+        self, request: TaskRequest | RequestLike, *, idempotency_key: str | None = None
+    ) -> Task:
+        """Start a response request as a background task."""
+        return self._call(_wire.create_task(request, idempotency_key))
+
+    def get_task(self, task_id: str) -> Task:
+        """A task and, once it is final, its result."""
+        return self._call(_wire.get_task(task_id))
+
+    def list_tasks(self) -> list[Task]:
+        """The caller's tasks, newest first (the service's default page)."""
+        return self._call(_wire.list_tasks())
+
+    def cancel_task(self, task_id: str) -> Task:
+        """Cancel a task; a final task stays as it is."""
+        return self._call(_wire.cancel_task(task_id))
+
+    def task_events(self, task_id: str, *, after: int | None = None) -> Iterator[ResponseEvent]:
+        """A task's events after the id ``after``, replayed then live, up to the final one.
+
+        A dropped connection is resumed with ``Last-Event-ID``: each event comes exactly once.
+        """
+        return self._follow(follow_task(task_id, after, attempts=self.reconnect_attempts))
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _call(self, call: Call[T]) -> T:
+        try:
+            reply = self._http.request(
+                call.method, call.path, json=call.body, headers=call.headers, params=call.params
+            )
+        except httpx.TransportError as error:
+            raise _wire.unreachable(self._base_url, error) from error
+        return _wire.read_reply(reply, call.read)
+
+    def _follow(self, follower: EventFollower) -> Iterator[ResponseEvent]:
+        while True:
+            call = follower.next_request()
+            try:
+                with self._http.stream(
+                    call.method, call.path, json=call.body, headers=call.headers, params=call.params
+                ) as reply:
+                    if reply.is_error:
+                        reply.read()
+                    follower.opened(reply)
+                    for chunk in reply.iter_bytes():
+                        yield from follower.feed(chunk)
+                        if follower.finished:
+                            return
+                delay = follower.dropped(self._base_url, None)
+            except httpx.TransportError as error:
+                delay = follower.dropped(self._base_url, error)
+            time.sleep(delay)
+
+
+class AsyncLmspClient:
+    """An asyncio client of an LMSP 1.0 service: :class:`LmspClient` with ``async`` methods."""
+
+    #: Reconnections in a row without a new event before :meth:`task_events` gives up.
+    reconnect_attempts = RECONNECT_ATTEMPTS
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._base_url, token = _location(base_url, token)
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url,
+            headers=_wire.default_headers(token),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The LMSP root, e.g. ``http://127.0.0.1:8888/lmsp/v1``."""
+        return self._base_url
+
+    async def service(self) -> ServiceDocument:
+        """The service document: version, capabilities and scopes."""
+        return await self._call(_wire.service())
+
+    async def models(self) -> list[Model]:
+        """Every model the service can run."""
+        return await self._call(_wire.models())
+
+    async def create_response(self, request: RequestLike) -> Response:
+        """Generate a response and return it when it is done."""
+        return await self._call(_wire.create_response(request))
+
+    def stream_response(self, request: RequestLike) -> AsyncIterator[ResponseEvent]:
+        """Generate a response and yield its events as they come, up to the final one."""
+        return self._follow(follow_response(request))
+
+    async def get_response(self, response_id: str) -> Response:
+        """A response stored with ``store: true``."""
+        return await self._call(_wire.get_response(response_id))
+
+    async def create_task(
+        self, request: TaskRequest | RequestLike, *, idempotency_key: str | None = None
+    ) -> Task:
+        """Start a response request as a background task."""
+        return await self._call(_wire.create_task(request, idempotency_key))
+
+    async def get_task(self, task_id: str) -> Task:
+        """A task and, once it is final, its result."""
+        return await self._call(_wire.get_task(task_id))
+
+    async def list_tasks(self) -> list[Task]:
+        """The caller's tasks, newest first (the service's default page)."""
+        return await self._call(_wire.list_tasks())
+
+    async def cancel_task(self, task_id: str) -> Task:
+        """Cancel a task; a final task stays as it is."""
+        return await self._call(_wire.cancel_task(task_id))
+
+    def task_events(
+        self, task_id: str, *, after: int | None = None
+    ) -> AsyncIterator[ResponseEvent]:
+        """A task's events after the id ``after``, replayed then live, up to the final one.
+
+        A dropped connection is resumed with ``Last-Event-ID``: each event comes exactly once.
+        """
+        return self._follow(follow_task(task_id, after, attempts=self.reconnect_attempts))
+
+    async def close(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _call(self, call: Call[T]) -> T:
+        try:
+            reply = await self._http.request(
+                call.method, call.path, json=call.body, headers=call.headers, params=call.params
+            )
+        except httpx.TransportError as error:
+            raise _wire.unreachable(self._base_url, error) from error
+        return _wire.read_reply(reply, call.read)
+
+    async def _follow(self, follower: EventFollower) -> AsyncIterator[ResponseEvent]:
+        while True:
+            call = follower.next_request()
+            try:
+                async with self._http.stream(
+                    call.method, call.path, json=call.body, headers=call.headers, params=call.params
+                ) as reply:
+                    if reply.is_error:
+                        await reply.aread()
+                    follower.opened(reply)
+                    async for chunk in reply.aiter_bytes():
+                        for event in follower.feed(chunk):
+                            yield event
+                        if follower.finished:
+                            return
+                delay = follower.dropped(self._base_url, None)
+            except httpx.TransportError as error:
+                delay = follower.dropped(self._base_url, error)
+            await asyncio.sleep(delay)

@@ -1,0 +1,149 @@
+"""What the sync and async clients share: the requests to build and what their replies mean.
+
+The two client classes only do I/O; deciding what to send and what came back is here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from ..protocol.errors import Problem
+from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
+from ..protocol.requests import ResponseRequest
+from ..protocol.responses import Response
+from ..protocol.tasks import Task, TaskList, TaskRequest
+from ._errors import ProblemError, ProtocolViolation, ServiceUnreachable
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+ACCEPT_EVENTS = {"Accept": "text/event-stream"}
+
+RequestLike = ResponseRequest | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One HTTP exchange: what to send, and how to read a successful reply."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+
+
+def default_headers(token: str | None) -> dict[str, str]:
+    """Headers of every request: the protocol version and, if known, the bearer token."""
+    headers = {"LMSP-Version": LMSP_VERSION}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def service() -> Call[ServiceDocument]:
+    """``GET /lmsp/v1``."""
+    return Call("GET", "", _model(ServiceDocument))
+
+
+def models() -> Call[list[Model]]:
+    """``GET /models``."""
+    return Call("GET", "models", lambda reply: _model(ModelList)(reply).data)
+
+
+def create_response(request: RequestLike) -> Call[Response]:
+    """``POST /responses`` answered at once."""
+    return Call("POST", "responses", _model(Response), body=response_body(request, stream=False))
+
+
+def get_response(response_id: str) -> Call[Response]:
+    """``GET /responses/{id}``: a stored response."""
+    return Call("GET", f"responses/{segment(response_id)}", _model(Response))
+
+
+def create_task(
+    request: TaskRequest | RequestLike, idempotency_key: str | None = None
+) -> Call[Task]:
+    """``POST /tasks``: run a response request in the background."""
+    if isinstance(request, TaskRequest):
+        body = request.model_dump(mode="json")
+    else:
+        body = {"type": "response", "request": response_body(request, stream=False)}
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+    return Call("POST", "tasks", _model(Task), body=body, headers=headers)
+
+
+def get_task(task_id: str) -> Call[Task]:
+    """``GET /tasks/{id}``."""
+    return Call("GET", f"tasks/{segment(task_id)}", _model(Task))
+
+
+def list_tasks() -> Call[list[Task]]:
+    """``GET /tasks``: newest first."""
+    return Call("GET", "tasks", lambda reply: _model(TaskList)(reply).data)
+
+
+def cancel_task(task_id: str) -> Call[Task]:
+    """``POST /tasks/{id}/cancel``."""
+    return Call("POST", f"tasks/{segment(task_id)}/cancel", _model(Task))
+
+
+def response_body(request: RequestLike, *, stream: bool) -> dict[str, Any]:
+    """The JSON body of a response request, with ``stream`` set as the endpoint needs."""
+    if isinstance(request, ResponseRequest):
+        return request.model_copy(update={"stream": stream}).model_dump(mode="json", by_alias=True)
+    return {**request, "stream": stream}
+
+
+def read_reply(reply: httpx.Response, read: Callable[[httpx.Response], T]) -> T:
+    """The value of a reply that was read in full, or the error it carries."""
+    if reply.is_error:
+        raise problem_error(reply)
+    return read(reply)
+
+
+def problem_error(reply: httpx.Response) -> ProblemError | ProtocolViolation:
+    """The exception of an error reply."""
+    if media_type(reply) != "application/problem+json":
+        return ProtocolViolation(f"HTTP {reply.status_code} without a problem document")
+    try:
+        return ProblemError(Problem.model_validate_json(reply.content))
+    except ValidationError as error:
+        return ProtocolViolation(f"HTTP {reply.status_code}: invalid problem: {error}")
+
+
+def unreachable(url: httpx.URL | str, error: httpx.TransportError) -> ServiceUnreachable:
+    """The exception of a transport failure."""
+    return ServiceUnreachable(f"{url}: {type(error).__name__}: {error}")
+
+
+def _model(model: type[M]) -> Callable[[httpx.Response], M]:
+    def read(reply: httpx.Response) -> M:
+        try:
+            return model.model_validate_json(reply.content)
+        except ValidationError as error:
+            raise ProtocolViolation(f"not a valid {model.__name__}: {error}") from None
+
+    return read
+
+
+def media_type(reply: httpx.Response) -> str:
+    """The reply's media type, lower case, without parameters."""
+    return str(reply.headers.get("Content-Type", "")).split(";")[0].strip().lower()
+
+
+def no_body(reply: httpx.Response) -> None:
+    """Read nothing: the reply is a stream, read by a follower."""
+    return None
+
+
+def segment(value: str) -> str:
+    """``value`` quoted as one path segment."""
+    return quote(value, safe="")

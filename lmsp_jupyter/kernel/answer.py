@@ -1,0 +1,405 @@
+"""``Answer``: one ask's rounds of tasks, its tool loop and the user's decisions."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal, Protocol
+
+from ..client import LmspClientError, ProblemError
+from ..protocol.events import (
+    OutputItemDone,
+    OutputTextDelta,
+    ResponseCreated,
+    ResponseEvent,
+    StreamError,
+)
+from ..protocol.items import OutputFunctionCall, OutputItem, OutputMessage
+from ..protocol.responses import Response
+from .connection import TaskClient, problem_of
+from .state import (
+    FINAL_STATUSES,
+    AnswerState,
+    AnswerStatus,
+    Decision,
+    Round,
+    ToolCallState,
+    kernel_problem,
+)
+from .tools import DECLINED, Tool, ToolPolicy
+
+#: Tasks one ask may run: the first and the continuations of its tool loop.
+MAX_ROUNDS = 8
+
+DecisionRequest = Literal["approve", "deny"]
+
+_FIRST_DECISION: dict[ToolPolicy, Decision] = {
+    "ask": "pending",
+    "always": "auto",
+    "never": "denied",
+}
+
+
+class AnswerView(Protocol):
+    """Where an ask shows itself: a notebook display with a widget, or a terminal."""
+
+    def refresh(self) -> None:
+        """The state changed at a moment the contract lists (never per token)."""
+
+    def event(self, task_id: str, event: ResponseEvent) -> None:
+        """A live event of the running round."""
+
+    def redisplay(self) -> None:
+        """Show the answer again (it was the value of a later cell)."""
+
+
+class Answer:
+    """The handle of one ``%lmsp ask``: its text, output and response, and its controls.
+
+    The first round runs ``request`` as a task. When a round ends with function calls, each is
+    decided by its tool's policy or by the user (:meth:`approve`, :meth:`deny`, widget clicks),
+    and the outputs go back to the model in a new round, until it answers without calls.
+    """
+
+    def __init__(
+        self,
+        client: TaskClient,
+        request: Mapping[str, Any],
+        *,
+        tools: Mapping[str, Tool] | None = None,
+        view: Callable[[Answer], AnswerView] | None = None,
+        kernel_id: str | None = None,
+        max_rounds: int = MAX_ROUNDS,
+    ) -> None:
+        self.ask_id = f"ask_{secrets.token_hex(12)}"
+        self._client = client
+        self._request = dict(request)
+        self._tools = dict(tools or {})
+        self._max_rounds = max_rounds
+        self._state = AnswerState(ask_id=self.ask_id, kernel_id=kernel_id, model=request["model"])
+        self._lock = threading.RLock()
+        self._settled = threading.Event()  # set while final or waiting for a decision
+        self._events: list[ResponseEvent] = []  # of the running round
+        self._deltas: list[str] = []
+        self._items: list[OutputItem] = []
+        self._awaiting: set[str] = set()  # calls of the last round without an output yet
+        self._stopped = False
+        self._view: AnswerView = view(self) if view else _Unseen()
+
+    # --- the handle ---------------------------------------------------------------------------
+
+    @property
+    def status(self) -> AnswerStatus:
+        """``queued``, ``in_progress``, ``requires_action`` or a final status."""
+        return self._state.status
+
+    @property
+    def done(self) -> bool:
+        """Whether the ask has ended."""
+        return self._state.status in FINAL_STATUSES
+
+    @property
+    def task_id(self) -> str | None:
+        """The task of the last round."""
+        return self._state.rounds[-1].task_id if self._state.rounds else None
+
+    @property
+    def response(self) -> Response | None:
+        """The final response of the last round, once it has ended."""
+        return self._state.rounds[-1].response if self._state.rounds else None
+
+    @property
+    def output(self) -> list[OutputItem]:
+        """The output items of the last round (those done so far while it runs)."""
+        response = self.response
+        return list(response.output) if response else list(self._items)
+
+    @property
+    def text(self) -> str:
+        """The message text of the last round (so far, while it runs)."""
+        response = self.response
+        if response is None:
+            return "".join(self._deltas)
+        return "".join(
+            part.text
+            for item in response.output
+            if isinstance(item, OutputMessage)
+            for part in item.content
+        )
+
+    @property
+    def state(self) -> AnswerState:
+        """A copy of the state the displays show."""
+        with self._lock:
+            return self._state.model_copy(deep=True)
+
+    def state_json(self) -> dict[str, Any]:
+        """The state as JSON (``application/vnd.lmsp.task+json``)."""
+        with self._lock:
+            return self._state.model_dump(mode="json")
+
+    def pending_calls(self) -> dict[str, ToolCallState]:
+        """The calls waiting for the user's decision, by call id."""
+        with self._lock:
+            return {
+                call_id: call.model_copy()
+                for call_id, call in self._state.tool_calls.items()
+                if call.decision == "pending"
+            }
+
+    def wait(self, timeout: float | None = None) -> Answer:
+        """Block until the ask ends or waits for a decision; ``TimeoutError`` after ``timeout``."""
+        if not self._settled.wait(timeout):
+            raise TimeoutError(f"{self.ask_id} still runs after {timeout} s")
+        # Again from the waiting cell: a headless runner (nbclient, nbconvert) reads only the
+        # messages of the cell it runs, so the final display reaches the saved notebook.
+        self._view.refresh()
+        return self
+
+    def approve(self, call_id: str | None = None) -> None:
+        """Run a pending call (default: every pending call) and give its output to the model."""
+        for pending in [call_id] if call_id else list(self.pending_calls()):
+            self.decide(pending, "approve")
+
+    def deny(self, call_id: str | None = None) -> None:
+        """Decline a pending call (default: every pending call); the model is told so."""
+        for pending in [call_id] if call_id else list(self.pending_calls()):
+            self.decide(pending, "deny")
+
+    def cancel(self) -> None:
+        """Stop the ask: cancel its running task, or end it while it waits for decisions."""
+        with self._lock:
+            if self.done:
+                return
+            self._stopped = True
+            waiting = self._state.status == "requires_action"
+            if waiting:
+                for call in self._state.tool_calls.values():
+                    if call.decision == "pending":
+                        call.decision = "denied"
+                self._awaiting.clear()
+            task_id = self.task_id
+        if waiting:
+            self._finish("cancelled")
+        elif task_id is not None:
+            try:
+                self._client.cancel_task(task_id)
+            except LmspClientError as exc:
+                self._finish("failed", problem_of(exc))
+
+    def decide(self, call_id: str, decision: DecisionRequest) -> None:
+        """Approve (run) or deny one pending call; ``ValueError`` if it is not pending."""
+        with self._lock:
+            call = self._state.tool_calls.get(call_id)
+            if call is None or call.decision != "pending":
+                raise ValueError(f"no call {call_id!r} waits for a decision")
+            call.decision = "approved" if decision == "approve" else "denied"
+            if not any(c.decision == "pending" for c in self._state.tool_calls.values()):
+                self._state.status = "in_progress"  # nothing waits for the user any more
+                self._settled.clear()
+        self._view.refresh()
+        self._run_call(call_id)
+
+    def handle_message(self, message: Mapping[str, Any]) -> None:
+        """A click from a view or the ``lmsp`` comm: ``stop``, or ``decide`` a call."""
+        if message.get("type") == "stop":
+            self.cancel()
+        elif message.get("type") == "decide" and message.get("decision") in ("approve", "deny"):
+            # a second click, or a call decided elsewhere meanwhile, changes nothing
+            with contextlib.suppress(ValueError):
+                self.decide(str(message.get("call_id")), message["decision"])
+
+    def events_after(self, task_id: str, after: int) -> list[ResponseEvent]:
+        """The running round's events after the id ``after`` (none for another task)."""
+        with self._lock:
+            if task_id != self.task_id:
+                return []
+            return [event for event in self._events if event.id > after]
+
+    def _ipython_display_(self) -> None:
+        self._view.redisplay()
+
+    def __repr__(self) -> str:
+        return f"<Answer {self.task_id} {self.status}: {self.text!r}>"
+
+    # --- rounds -------------------------------------------------------------------------------
+
+    def start(self) -> Answer:
+        """Run the first round; raises the client's error if the service refuses it."""
+        self._begin_round(self._client.create_task(self._request).id)
+        return self
+
+    def follow(self, task_id: str) -> Answer:
+        """Take an existing task as the first round (``%lmsp resume``)."""
+        self._begin_round(task_id)
+        return self
+
+    def _begin_round(self, task_id: str) -> None:
+        with self._lock:
+            self._state.rounds.append(Round(task_id=task_id))
+            self._state.status = "queued"
+            self._events, self._deltas, self._items = [], [], []
+            self._settled.clear()
+        self._view.refresh()
+        # in the starting cell's context, so the display's updates carry that cell as parent
+        context = contextvars.copy_context()
+        follow = threading.Thread(target=context.run, args=(self._guarded_follow, task_id))
+        follow.daemon = True
+        follow.start()
+
+    def _guarded_follow(self, task_id: str) -> None:
+        try:
+            self._follow(task_id)
+        except Exception as exc:  # the thread's edge: whoever waits must not wait forever
+            self._finish("failed", kernel_problem("kernel_error", "Kernel error", repr(exc)))
+            raise
+
+    def _follow(self, task_id: str) -> None:
+        stream_error: dict[str, Any] | None = None
+        try:
+            for event in self._replay(task_id):
+                self._on_event(task_id, event)
+                if isinstance(event.data, StreamError):
+                    stream_error = event.data.error.model_dump(mode="json")
+            task = self._client.get_task(task_id)
+        except LmspClientError as exc:
+            self._finish("failed", problem_of(exc))
+            return
+        if task.result is None:
+            detail = f"the events of {task_id} ended while it is {task.status}"
+            error = stream_error or kernel_problem("task_unfinished", "Task unfinished", detail)
+            self._finish("failed", error)
+        else:
+            self._end_round(task.result)
+
+    def _replay(self, task_id: str) -> Iterator[ResponseEvent]:
+        try:
+            yield from self._client.task_events(task_id)
+        except ProblemError as exc:
+            if exc.code != "event_history_expired":  # else the task's result is enough
+                raise
+
+    def _on_event(self, task_id: str, event: ResponseEvent) -> None:
+        data = event.data
+        with self._lock:
+            self._events.append(event)
+            if isinstance(data, ResponseCreated):
+                self._state.status = "in_progress"
+            elif isinstance(data, OutputTextDelta):
+                self._deltas.append(data.delta)
+            elif isinstance(data, OutputItemDone):
+                self._items.append(data.item)
+        self._view.event(task_id, event)
+
+    def _end_round(self, response: Response) -> None:
+        calls = [item for item in response.output if isinstance(item, OutputFunctionCall)]
+        with self._lock:
+            self._state.rounds[-1].response = response
+            self._state.model = response.model
+        if self._stopped:
+            self._finish("cancelled")
+        elif response.status != "completed" or not calls:
+            error = response.error.model_dump(mode="json") if response.error else None
+            self._finish(response.status, error)
+        elif len(self._state.rounds) >= self._max_rounds:
+            detail = f"the model still called tools after {self._max_rounds} rounds"
+            self._finish(
+                "failed", kernel_problem("tool_round_limit", "Too many tool rounds", detail)
+            )
+        else:
+            for call_id in self._open_calls(calls):
+                self._run_call(call_id)
+
+    def _open_calls(self, calls: list[OutputFunctionCall]) -> list[str]:
+        """Record the calls with their policy's decision; the ids that run without the user."""
+        with self._lock:
+            self._awaiting = {call.call_id for call in calls}
+            for call in calls:
+                tool = self._tools.get(call.name)
+                self._state.tool_calls[call.call_id] = ToolCallState(
+                    name=call.name,
+                    arguments=call.arguments,
+                    decision=_FIRST_DECISION[tool.policy if tool else "never"],
+                )
+            runs = [
+                c.call_id for c in calls if self._state.tool_calls[c.call_id].decision != "pending"
+            ]
+            if len(runs) < len(calls):
+                self._state.status = "requires_action"
+        self._view.refresh()
+        with self._lock:
+            if self._state.status == "requires_action":  # unless a click came meanwhile
+                self._settled.set()
+        return runs
+
+    def _run_call(self, call_id: str) -> None:
+        with self._lock:
+            call = self._state.tool_calls[call_id]
+        tool = self._tools.get(call.name)
+        if tool is None:
+            output = f"error: there is no tool named {call.name!r}"
+        elif call.decision == "denied":
+            output = DECLINED
+        else:
+            output = tool.run(call.arguments)
+        with self._lock:
+            call.output = output
+            self._awaiting.discard(call_id)
+            ready = not self._awaiting and not self.done
+            if ready:
+                self._state.status = "in_progress"
+                self._settled.clear()
+        self._view.refresh()
+        if ready:
+            self._continue()
+
+    def _continue(self) -> None:
+        with self._lock:
+            request = None if self._stopped else self._continuation()
+        if request is None:
+            self._finish("cancelled")
+            return
+        try:
+            self._begin_round(self._client.create_task(request).id)
+        except LmspClientError as exc:
+            self._finish("failed", problem_of(exc))
+
+    def _continuation(self) -> dict[str, Any]:
+        """The next round: the outputs of the last round's calls after its response."""
+        last = self._state.rounds[-1].response
+        assert last is not None  # a round is continued only once it has ended
+        outputs = [
+            {"type": "function_call_output", "call_id": item.call_id, "output": call.output}
+            for item in last.output
+            if isinstance(item, OutputFunctionCall)
+            for call in [self._state.tool_calls[item.call_id]]
+        ]
+        request = {**self._request, "input": outputs, "previous_response_id": last.id}
+        if "tool_choice" in request:
+            request["tool_choice"] = "auto"  # a forced choice holds for the first round only
+        return request
+
+    def _finish(self, status: AnswerStatus, error: dict[str, Any] | None = None) -> None:
+        with self._lock:
+            self._state.status = status
+            self._state.error = error
+        try:
+            self._view.refresh()
+        finally:
+            self._settled.set()  # after the refresh: who waited sees the final display
+
+
+class _Unseen:
+    """The view of an answer nobody displays."""
+
+    def refresh(self) -> None:
+        pass
+
+    def event(self, task_id: str, event: ResponseEvent) -> None:
+        pass
+
+    def redisplay(self) -> None:
+        pass

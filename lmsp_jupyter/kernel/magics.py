@@ -1,0 +1,77 @@
+"""``%lmsp`` and ``%%lmsp``: parse the line, call the session, print listings."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+
+from .answer import Answer
+from .options import parse_ask
+from .session import KernelSession
+
+_SUBCOMMANDS = "ask, models, tasks, cancel or resume"
+_ASK = re.compile(r"^ask(\s|$)")
+
+
+@magics_class
+class LmspMagics(Magics):
+    """The ``%lmsp`` magics of one shell; the work happens in its :class:`KernelSession`."""
+
+    def __init__(self, shell: InteractiveShell, session: KernelSession) -> None:
+        super().__init__(shell)
+        self.session = session
+
+    @no_var_expand
+    @line_cell_magic
+    def lmsp(self, line: str, cell: str | None = None) -> Answer | None:
+        """Ask a local model through the LMSP service of this Jupyter server.
+
+        %lmsp ask [options] <prompt>      the prompt is the rest of the line
+        %%lmsp [options]                  the prompt is the cell
+        %lmsp models | tasks | cancel [id] | resume <task_id>
+
+        Options: --model ID, --system TEXT, --max-tokens N, --temperature T,
+        --json NAME|JSON (a JSON Schema dict or pydantic model in the namespace, or a schema),
+        --tools f,g (functions decorated with @lmsp_jupyter.tool),
+        --tool-choice auto|required|none|NAME (the first round only), --continue (from the
+        previous answer). {name} in the prompt and the system text is the value of ``name``.
+        IPython reads a line ending in "?" as a request for help: ask questions with %%lmsp.
+        The value is an Answer: .text, .output, .response, .wait(), .approve(), .deny(), .cancel().
+        """
+        if cell is not None:
+            return self.session.ask(parse_ask(_ASK.sub("", line.strip()), cell))
+        command, _, rest = line.strip().partition(" ")
+        rest = rest.strip()
+        if command == "ask":
+            return self.session.ask(parse_ask(rest))
+        if command == "models" and not rest:
+            for model in self.session.models():
+                print(f"{model.id}  {model.status}  {model.context_length}", *model.capabilities)
+        elif command == "tasks" and not rest:
+            for task in self.session.tasks():
+                print(task.id, f"{task.status:<11}", _when(task.created_at))
+        elif command == "cancel" and " " not in rest:
+            print(self.session.cancel(rest or None))
+        elif command == "resume" and rest and " " not in rest:
+            return self.session.resume(rest)
+        elif command in ("models", "tasks", "cancel", "resume"):
+            raise UsageError(f"usage: %lmsp {_USAGE[command]}")
+        else:
+            raise UsageError(f"unknown subcommand {command!r}: use {_SUBCOMMANDS}")
+        return None
+
+
+_USAGE = {
+    "models": "models",
+    "tasks": "tasks",
+    "cancel": "cancel [id]",
+    "resume": "resume <task_id>",
+}
+
+
+def _when(timestamp: int) -> str:
+    return datetime.datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")

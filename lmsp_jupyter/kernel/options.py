@@ -1,0 +1,136 @@
+"""The options of ``%lmsp ask`` and ``%%lmsp``: options first, then the prompt verbatim."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from IPython.core.error import UsageError
+
+_VALUED = (
+    "--model",
+    "--system",
+    "--max-tokens",
+    "--temperature",
+    "--json",
+    "--tools",
+    "--tool-choice",
+)
+_FLAGS = ("--continue",)
+_OPTION = re.compile(r"--[A-Za-z-]*")
+
+
+@dataclass(frozen=True)
+class AskOptions:
+    """One ask as the user wrote it; names are resolved later, in the user's namespace."""
+
+    prompt: str
+    model: str | None = None
+    system: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    json: str | None = None
+    tools: tuple[str, ...] = ()
+    tool_choice: str | None = None
+    continue_: bool = False
+
+
+def parse_ask(line: str, body: str | None = None) -> AskOptions:
+    """Parse ``[options] prompt`` (line magic) or ``[options]`` + ``body`` (cell magic).
+
+    A value may be a bare word, a quoted string or a JSON object; ``--`` ends the options.
+    """
+    given: dict[str, str] = {}
+    position = _skip_spaces(line, 0)
+    while line.startswith("--", position):
+        name = _OPTION.match(line, position)
+        assert name is not None  # the pattern matches any "--"
+        option, position = name[0], name.end()
+        if option == "--":
+            break
+        if option in given:
+            raise UsageError(f"{option} is given twice")
+        if option in _FLAGS:
+            given[option] = ""
+        elif option in _VALUED:
+            if line.startswith("=", position):
+                position += 1
+            given[option], position = _value(line, _skip_spaces(line, position), option)
+        else:
+            raise UsageError(f"unknown option {option}")
+        position = _skip_spaces(line, position)
+    rest = line[_skip_spaces(line, position) :].strip()
+    if body is not None and rest:
+        raise UsageError(f"%%lmsp takes its prompt from the cell, not from the line: {rest!r}")
+    prompt = rest if body is None else body.strip()
+    if not prompt:
+        raise UsageError("the ask has no prompt")
+    return _options(prompt, given)
+
+
+def _options(prompt: str, given: dict[str, str]) -> AskOptions:
+    tools = (
+        tuple(name.strip() for name in given["--tools"].split(",")) if "--tools" in given else ()
+    )
+    if any(not name for name in tools):
+        raise UsageError(f"--tools takes names separated by commas, not {given['--tools']!r}")
+    return AskOptions(
+        prompt=prompt,
+        model=given.get("--model"),
+        system=given.get("--system"),
+        max_tokens=_max_tokens(given.get("--max-tokens")),
+        temperature=_temperature(given.get("--temperature")),
+        json=given.get("--json"),
+        tools=tools,
+        tool_choice=given.get("--tool-choice"),
+        continue_="--continue" in given,
+    )
+
+
+def _value(line: str, start: int, option: str) -> tuple[str, int]:
+    """The value at ``start`` and the position after it."""
+    if start >= len(line):
+        raise UsageError(f"{option} needs a value")
+    first = line[start]
+    if first in "{[":
+        try:
+            _, end = json.JSONDecoder().raw_decode(line, start)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{option}: not valid JSON: {exc.msg} at column {exc.colno}") from None
+        return line[start:end], end
+    if first in "\"'":
+        end = line.find(first, start + 1)
+        if end < 0:
+            raise UsageError(f"{option}: the quote {first} is not closed")
+        return line[start + 1 : end], end + 1
+    end = start
+    while end < len(line) and not line[end].isspace():
+        end += 1
+    return line[start:end], end
+
+
+def _max_tokens(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"--max-tokens takes a whole number ≥ 1, not {value!r}")
+    return int(value)
+
+
+def _temperature(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 <= number <= 2:
+        raise UsageError(f"--temperature takes a number from 0 to 2, not {value!r}")
+    return number
+
+
+def _skip_spaces(line: str, position: int) -> int:
+    while position < len(line) and line[position].isspace():
+        position += 1
+    return position

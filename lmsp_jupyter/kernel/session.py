@@ -1,0 +1,164 @@
+"""``KernelSession``: the extension in one IPython shell, the asks it started and their clicks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import comm
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from ..client import LmspClientError
+from ..protocol.models import Model
+from ..protocol.tasks import Task
+from .answer import Answer, AnswerView
+from .connection import TaskClient, current_client
+from .notebook import NotebookView
+from .options import AskOptions
+from .request import ask_request
+from .terminal import TerminalView, run_in_terminal
+
+T = TypeVar("T")
+
+#: The comm target the MIME renderer opens to send clicks to the kernel.
+COMM_TARGET = "lmsp"
+
+
+class KernelSession:
+    """The asks of one shell: starts them, shows them where the shell shows things, routes clicks.
+
+    In a kernel with a front end (ZMQ) an ask streams in the background and its display is a
+    widget; elsewhere (terminal IPython) it prints as it streams and blocks until it ends.
+    """
+
+    def __init__(self, shell: InteractiveShell, *, ask: Callable[[str], str] = input) -> None:
+        self.shell = shell
+        self.answers: dict[str, Answer] = {}
+        self.last: Answer | None = None
+        self.notebook = getattr(shell, "kernel", None) is not None
+        self.kernel_id = _kernel_id() if self.notebook else None
+        self._ask = ask
+        self._model: str | None = None
+
+    @property
+    def client(self) -> TaskClient:
+        """The client of the LMSP service (see :func:`~lmsp_jupyter.kernel.connect`)."""
+        return current_client()
+
+    # --- subcommands --------------------------------------------------------------------------
+
+    def ask(self, options: AskOptions) -> Answer:
+        """Start an ask; in a terminal, return once it has ended."""
+        previous = self._previous_response_id() if options.continue_ else None
+        request, tools = ask_request(
+            options,
+            self.shell.user_ns,
+            default_model=self._default_model,
+            previous_response_id=previous,
+        )
+        answer = self._answer(request, tools)
+        _service(answer.start)
+        return self._shown(answer)
+
+    def resume(self, task_id: str) -> Answer:
+        """Show an existing task again, following it if it still runs."""
+        task = _service(lambda: self.client.get_task(task_id))
+        answer = self._answer({"model": task.result.model if task.result else "", "store": True})
+        answer.follow(task.id)
+        return self._shown(answer)
+
+    def cancel(self, target: str | None = None) -> str:
+        """Cancel the running ask, an ask or task of this session by id, or any task by id."""
+        if target is None:
+            running = [answer for answer in self.answers.values() if not answer.done]
+            if not running:
+                raise UsageError("no ask is running")
+            running[-1].cancel()
+            return f"cancelling {running[-1].task_id}"
+        for answer in self.answers.values():
+            if target == answer.ask_id or target in {r.task_id for r in answer.state.rounds}:
+                answer.cancel()
+                return f"cancelling {answer.task_id}"
+        task = _service(lambda: self.client.cancel_task(target))
+        return f"{task.id} is {task.status}"
+
+    def models(self) -> list[Model]:
+        """The models of the service."""
+        return _service(self.client.models)
+
+    def tasks(self) -> list[Task]:
+        """The tasks of the service, newest first."""
+        return _service(self.client.list_tasks)
+
+    # --- the comm of the MIME renderer ---------------------------------------------------------
+
+    def open(self) -> None:
+        """Listen for the MIME renderer's clicks (in a kernel with a front end)."""
+        if self.notebook:
+            comm.get_comm_manager().register_target(COMM_TARGET, self._open_comm)
+
+    def close(self) -> None:
+        """Stop listening for clicks."""
+        if self.notebook:
+            comm.get_comm_manager().unregister_target(COMM_TARGET, self._open_comm)
+
+    def route(self, message: Any) -> None:
+        """A click for one of this session's asks (``ask_id``); others are ignored."""
+        if isinstance(message, dict) and message.get("ask_id") in self.answers:
+            self.answers[message["ask_id"]].handle_message(message)
+
+    def _open_comm(self, channel: Any, opened: dict[str, Any]) -> None:
+        channel.on_msg(lambda message: self.route(message["content"]["data"]))
+        self.route(opened["content"]["data"])
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _answer(self, request: dict[str, Any], tools: dict[str, Any] | None = None) -> Answer:
+        return Answer(self.client, request, tools=tools, view=self._view, kernel_id=self.kernel_id)
+
+    def _view(self, answer: Answer) -> AnswerView:
+        return NotebookView(answer) if self.notebook else TerminalView(answer)
+
+    def _shown(self, answer: Answer) -> Answer:
+        self.answers[answer.ask_id] = answer
+        self.last = answer
+        return answer if self.notebook else run_in_terminal(answer, self._ask)
+
+    def _default_model(self) -> str:
+        if self._model is None:
+            models = self.models()
+            if not models:
+                raise UsageError("the LMSP service has no models")
+            loaded = [model for model in models if model.status == "loaded"]
+            self._model = (loaded or models)[0].id
+        return self._model
+
+    def _previous_response_id(self) -> str:
+        if self.last is None:
+            raise UsageError("--continue: there is no earlier answer to continue")
+        if not self.last.done or self.last.response is None:
+            raise UsageError(f"--continue: the earlier answer is {self.last.status}")
+        return self.last.response.id
+
+
+def _service(call: Callable[[], T]) -> T:
+    """Call the service; its errors become one line for the user, not a traceback."""
+    try:
+        return call()
+    except LmspClientError as exc:
+        raise UsageError(f"LMSP: {exc}") from None
+
+
+def _kernel_id() -> str | None:
+    """This kernel's id, from its connection file ``kernel-<id>.json``."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = Path(get_connection_file()).name
+    except (ImportError, RuntimeError):
+        return None
+    match = re.fullmatch(r"kernel-(.+)\.json", name)
+    return match[1] if match else None

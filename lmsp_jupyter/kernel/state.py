@@ -1,0 +1,51 @@
+"""``AnswerState``: what one ask shows, the widget's ``state`` and the task MIME bundle."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..protocol.responses import Response
+
+AnswerStatus = Literal[
+    "queued", "in_progress", "requires_action", "completed", "incomplete", "failed", "cancelled"
+]
+Decision = Literal["pending", "approved", "denied", "auto"]
+
+#: Statuses after which an ask does nothing more.
+FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+class Round(BaseModel):
+    """One task of an ask; a tool loop adds a round per continuation."""
+
+    task_id: str
+    response: Response | None = Field(None, description="The final response once done.")
+
+
+class ToolCallState(BaseModel):
+    """A function call of a finished round and what became of it."""
+
+    name: str
+    arguments: str
+    decision: Decision
+    output: str | None = Field(None, description="Text given back to the model; null until run.")
+
+
+class AnswerState(BaseModel):
+    """The durable state of one ask (contract: ``application/vnd.lmsp.task+json``)."""
+
+    version: Literal[1] = 1
+    ask_id: str
+    kernel_id: str | None = None
+    model: str
+    status: AnswerStatus = "queued"
+    rounds: list[Round] = Field(default_factory=list)
+    tool_calls: dict[str, ToolCallState] = Field(default_factory=dict)
+    error: dict[str, Any] | None = Field(None, description="A problem document when failed.")
+
+
+def kernel_problem(code: str, title: str, detail: str) -> dict[str, Any]:
+    """A problem document for a failure found in the kernel rather than by the service."""
+    return {"type": "about:blank", "title": title, "status": 500, "code": code, "detail": detail}

@@ -1,0 +1,133 @@
+"""The project as a newcomer gets it: a clone of HEAD, installed by ``binder/postBuild`` into a
+new virtual environment. Built once per test session and shared by the Binder and packaging
+tests; pip's cache keeps it to a few minutes (the lab extension is still built with npm).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Generous: a cold pip cache compiles llama-cpp-python, and npm installs the lab toolchain.
+INSTALL_TIMEOUT = 3600
+
+
+@dataclass
+class FreshInstall:
+    """A clone of the repository and the virtual environment ``binder/postBuild`` filled."""
+
+    clone: Path
+    venv: Path
+    home: Path
+    #: How long ``binder/postBuild`` took.
+    seconds: float
+
+    def env(self, jupyter_dirs: Path | None = None) -> dict[str, str]:
+        """The environment with the venv first on PATH and Jupyter's dirs under ``jupyter_dirs``."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_")}
+        env.pop("PYTHONPATH", None)
+        env["VIRTUAL_ENV"] = str(self.venv)
+        env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        if jupyter_dirs is not None:
+            for name in ("config", "data", "runtime"):
+                (jupyter_dirs / name).mkdir(parents=True, exist_ok=True)
+                env[f"JUPYTER_{name.upper()}_DIR"] = str(jupyter_dirs / name)
+        return env
+
+    def run(
+        self, *command: str | Path, cwd: Path | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command of the venv (in the clone by default) and fail with its output."""
+        result = subprocess.run(
+            [str(part) for part in command],
+            cwd=cwd or self.clone,
+            env=self.env(self.home / "jupyter"),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert result.returncode == 0, f"{command}:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def output(self, *command: str | Path) -> str:
+        """What a command printed, stdout then stderr, without terminal colours."""
+        result = self.run(*command)
+        return re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
+
+
+_built: list[FreshInstall] = []
+
+
+def fresh_install(tmp_path_factory: pytest.TempPathFactory) -> FreshInstall:
+    """Clone HEAD, create a venv and run ``binder/postBuild`` in it, once per session."""
+    if not _built:
+        home = tmp_path_factory.mktemp("fresh")
+        clone, venv = home / "clone", home / "venv"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        install = FreshInstall(clone=clone, venv=venv, home=home, seconds=0.0)
+        started = time.monotonic()
+        install.run(clone / "binder" / "postBuild", timeout=INSTALL_TIMEOUT)
+        install.seconds = time.monotonic() - started
+        _built.append(install)
+    return _built[0]
+
+
+def start_jupyter(
+    install: FreshInstall, command: Sequence[str | Path], tmp: Path, ready_path: str
+) -> LiveServer:
+    """Start a Jupyter command of the fresh install on loopback; wait until ``ready_path``
+    (relative to the server root, with the token) answers 200."""
+    port, token = free_port(), secrets.token_hex(16)
+    (tmp / "root").mkdir(parents=True, exist_ok=True)
+    arguments = [
+        *(str(part) for part in command),
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={tmp / 'root'}",
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+    ]
+    log = (tmp / "server.log").open("wb")
+    process = subprocess.Popen(
+        arguments, cwd=tmp, env=install.env(tmp), stdout=log, stderr=subprocess.STDOUT
+    )
+    server = LiveServer(f"http://127.0.0.1:{port}/", token, process, str(tmp / "root"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError((tmp / "server.log").read_text())
+        try:
+            answer = httpx.get(server.root + ready_path, headers=bearer(server), timeout=10)
+            if answer.status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    raise RuntimeError(f"the server did not answer in 120 s:\n{(tmp / 'server.log').read_text()}")
+
+
+def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
+    """Show a timing on the terminal even while pytest captures output."""
+    with capsys.disabled():
+        print(f"\n{line}")
+
+
+def bearer(server: LiveServer) -> dict[str, str]:
+    """The header that authenticates with the server's token."""
+    return {"Authorization": f"Bearer {server.token}"}

@@ -1,0 +1,35 @@
+"""The configuration reference page is generated from LmspApp's traits and kept up to date."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from lmsp_jupyter.server.app import LmspApp
+from lmsp_jupyter.server.reference import reference
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def test_committed_page_equals_the_generated_reference() -> None:
+    assert PAGE.read_text() == reference()
+
+
+def test_the_module_prints_the_reference() -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "lmsp_jupyter.server.reference"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert printed.stdout == reference()
+
+
+def test_every_configurable_trait_of_lmspapp_has_a_section_with_its_help() -> None:
+    page = reference()
+    traits = LmspApp.class_own_traits(config=True)
+    assert page.count("\n## `LmspApp.") == len(traits) == 16
+    assert "## `LmspApp.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
+    assert "- Default: the number of CPU cores (`os.cpu_count()`)" in page
+    assert "'sha256': '&lt;hex SHA-256 of the token>'" in page

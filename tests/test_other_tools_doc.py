@@ -1,0 +1,150 @@
+"""docs/other-tools.md works as written: its curl, Python and Node blocks, run against the server.
+
+Blocks fenced ``bash``, ``python`` and ``js`` are run; ``sh``, ``py`` and ``javascript`` blocks
+(setting up, configuration, browser code) are only shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import READER_TOKEN, LiveServer
+from tests.docs_blocks import code_blocks, run_block
+from tests.test_docs import ROOT
+
+PAGE = (ROOT / "docs" / "other-tools.md").read_text()
+FINAL = r"response\.(completed|incomplete|failed|cancelled)"
+
+
+@pytest.fixture(scope="module")
+def outputs(live_server: LiveServer) -> dict[str, list[subprocess.CompletedProcess[str]]]:
+    """Every runnable block's result, by language, in page order."""
+    env = {
+        **os.environ,
+        "LMSP": live_server.lmsp,
+        "JUPYTER_TOKEN": live_server.token,
+        "READER_TOKEN": READER_TOKEN,
+    }
+    results = {
+        language: [run_block(language, block, env) for block in code_blocks(PAGE, language)]
+        for language in ("bash", "python", "js")
+    }
+    failed = [r.stderr for runs in results.values() for r in runs if r.returncode != 0]
+    assert failed == []
+    return results
+
+
+def sse_events(text: str) -> list[tuple[int, str, dict[str, object]]]:
+    """``(id, event, data)`` of each event in a server-sent event stream."""
+    return [
+        (int(number), name, json.loads(data))
+        for number, name, data in re.findall(r"^id: (\d+)\nevent: (\S+)\ndata: (.*)$", text, re.M)
+    ]
+
+
+def test_the_page_has_the_blocks_these_tests_check(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    assert {language: len(runs) for language, runs in outputs.items()} == {
+        "bash": 7,
+        "python": 2,
+        "js": 1,
+    }
+
+
+def test_no_token_is_401_and_the_jupyter_token_is_200(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    assert outputs["bash"][0].stdout == "401\n200\n"
+
+
+def test_a_reader_token_lists_models_but_may_not_ask(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    status, problem = outputs["bash"][1].stdout.split("\n", 1)
+    assert status == "200"
+    assert json.loads(problem) == {
+        "type": "about:blank",
+        "title": "Insufficient scope",
+        "status": 403,
+        "code": "insufficient_scope",
+        "detail": "this token lacks the scope 'responses:write'",
+    }
+
+
+def test_a_configured_token_from_another_origin_is_forbidden_origin(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    assert outputs["bash"][2].stdout == "403\n"
+
+
+def test_curl_sync_answer_stops_at_max_output_tokens(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    answer = json.loads(outputs["bash"][3].stdout)
+    assert (answer["object"], answer["status"], answer["model"]) == (
+        "response",
+        "incomplete",
+        "gemma3:270m-q4_k_m",
+    )
+    assert answer["usage"]["output_tokens"] == 8
+    assert answer["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_curl_stream_is_numbered_events_ending_with_one_final_event(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    stream = outputs["bash"][4].stdout
+    assert stream.startswith("retry: 2000\n\nid: 1\nevent: response.created\n")
+    events = sse_events(stream)
+    assert [number for number, _, _ in events] == list(range(1, len(events) + 1))
+    assert [name for _, name, _ in events if re.fullmatch(FINAL, name)] == ["response.incomplete"]
+    assert events[-1][1] == "response.incomplete"
+
+
+def test_curl_task_events_replay_after_last_event_id(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    printed = outputs["bash"][5].stdout
+    task = json.loads(printed[printed.rindex('{"id":"task_') :])
+    assert (task["status"], task["result"]["status"]) == ("incomplete", "incomplete")
+    first, replay = printed[: printed.rindex('{"id":"task_')].split("retry: 2000\n\n")[1:]
+    everything = sse_events(first)
+    assert [number for number, _, _ in everything] == list(range(1, task["last_event_id"] + 1))
+    assert sse_events(replay) == everything[3:]
+
+
+def test_curl_cancel_ends_the_task_with_response_cancelled(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    assert outputs["bash"][6].stdout == "200\n200\nevent: response.cancelled\n"
+
+
+def test_httpx_example_prints_status_text_and_final_event(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    printed = outputs["python"][0].stdout
+    assert re.fullmatch(r"200 incomplete\n.+\nresponse\.incomplete\n", printed, re.S)
+
+
+def test_lmsp_client_example_follows_the_task_to_its_final_event(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    lines = outputs["python"][1].stdout.splitlines()
+    assert lines[0] == "incomplete"
+    assert lines[1] == "1 response.created"
+    assert lines[-2].endswith(" response.incomplete")
+    assert [int(line.split()[0]) for line in lines[1:-1]] == list(range(1, len(lines) - 1))
+    assert lines[-1] == "incomplete"
+
+
+def test_node_fetch_example_prints_status_text_and_final_event(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    printed = outputs["js"][0].stdout
+    assert re.fullmatch(r"200 incomplete\n.+\nresponse\.incomplete\n", printed, re.S)

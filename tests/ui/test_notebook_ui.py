@@ -1,0 +1,163 @@
+"""An ask in real JupyterLab: streaming, Stop, tool approval and a reload mid-stream.
+
+Each scenario runs twice: with the LMSP lab extension (the MIME renderer shows the answer,
+following the task from the browser) and without it (the anywidget view, fed by the kernel).
+The screenshots they take are the README's pictures.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser
+
+from tests.conftest import LiveServer, stop_server
+from tests.ui.lab import Notebook, open_notebook, reopen, start_lab, write_notebook
+
+LOAD = "%load_ext lmsp_jupyter"
+STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
+MODES = ["renderer", "widget"]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def lab(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """JupyterLab with the LMSP lab extension (``renderer``) or without it (``widget``)."""
+    server = start_lab(
+        tmp_path_factory.mktemp(f"lab-{request.param}"), lab_extension=request.param == "renderer"
+    )
+    yield server
+    stop_server(server)
+
+
+def mode(lab: LiveServer) -> str:
+    """Which view shows answers in this lab."""
+    return "renderer" if "lab-renderer" in lab.root_dir else "widget"
+
+
+def check_view(notebook: Notebook, index: int) -> None:
+    """The answer is shown by the view this lab is meant to use."""
+    widget = notebook.cell(index).locator(".jupyter-widgets .lmsp-answer").count()
+    assert (widget > 0) == (mode(notebook.lab) == "widget")
+
+
+def task_id(notebook: Notebook, index: int) -> str:
+    """The task id the answer shows."""
+    shown = notebook.cell(index).locator(".lmsp-answer .lmsp-task-id").first.inner_text()
+    match = re.search(r"task_[0-9A-Z]{26}", shown)
+    assert match, shown
+    return match[0]
+
+
+def server_text(lab: LiveServer, task: str) -> str:
+    """The answer text the server has for a finished task."""
+    with lab.client() as client:
+        result = client.get(f"/tasks/{task}").json()["result"]
+    return "".join(
+        part["text"]
+        for item in result["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+    )
+
+
+def normalized(text: str) -> str:
+    """Text compared without the whitespace that Markdown rendering changes."""
+    return " ".join(text.split())
+
+
+def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> None:
+    name = write_notebook(lab, "stream.ipynb", LOAD, STORY.format(n=48))
+    notebook = open_notebook(browser, lab, name)
+    notebook.run(0)
+    notebook.run(1)
+    notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer view")
+    partial: list[str] = []
+    while notebook.status(1) not in ("completed", "incomplete", "failed", "cancelled"):
+        text = notebook.message(1)
+        if text and (not partial or text != partial[-1]):
+            partial.append(text)
+        notebook.page.wait_for_timeout(20)
+    final = notebook.message(1)
+    assert notebook.status(1) == "incomplete"  # 48 tokens of a story: cut by max_output_tokens
+    growing = [text for text in partial if text != final]
+    assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
+    assert all(final.startswith(text.rstrip()[:-1]) for text in growing if len(text) > 1)
+    check_view(notebook, 1)
+    assert normalized(final) == normalized(server_text(lab, task_id(notebook, 1)))
+    notebook.screenshot(f"ask-{mode(lab)}.png")
+
+
+def test_stop_cancels_the_task_and_frees_the_model(browser: Browser, lab: LiveServer) -> None:
+    name = write_notebook(lab, "stop.ipynb", LOAD, STORY.format(n=400), STORY.format(n=6))
+    notebook = open_notebook(browser, lab, name)
+    notebook.run(0)
+    notebook.run(1)
+    notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
+    notebook.cell(1).locator(".lmsp-stop").first.click()
+    assert notebook.wait_final(1) == "cancelled"
+    with lab.client() as client:
+        assert client.get(f"/tasks/{task_id(notebook, 1)}").json()["status"] == "cancelled"
+    notebook.run(2)
+    assert notebook.wait_final(2) == "incomplete"
+    assert notebook.message(2).strip()
+
+
+def test_a_tool_call_runs_after_approve(browser: Browser, lab: LiveServer) -> None:
+    name = write_notebook(
+        lab,
+        "tools.ipynb",
+        LOAD,
+        "import lmsp_jupyter\n"
+        "calls = []\n\n"
+        "@lmsp_jupyter.tool\n"
+        "def weather(city: str) -> str:\n"
+        '    """The weather in a city."""\n'
+        "    calls.append(city)\n"
+        '    return "sunny"',
+        "%lmsp ask --tools weather --tool-choice weather --max-tokens 24 --temperature 0 "
+        "The weather in Paris:",
+        "print(calls)",
+    )
+    notebook = open_notebook(browser, lab, name)
+    for index in (0, 1, 2):
+        notebook.run(index)
+    approve = notebook.cell(2).locator(".lmsp-approve")
+    notebook.wait_until(lambda: approve.count() > 0 and approve.first.is_enabled(), 120, "Approve")
+    assert notebook.status(2) == "requires_action"
+    notebook.screenshot(f"approve-{mode(lab)}.png")
+    approve.first.click()
+    assert notebook.wait_final(2) in ("completed", "incomplete")
+    card = notebook.cell(2).locator(".lmsp-call").first
+    assert card.get_attribute("data-decision") == "approved"
+    assert "sunny" in card.inner_text()
+    notebook.wait_idle()
+    notebook.run(3)
+    notebook.wait_until(lambda: "[" in notebook.output_text(3), 30, "the printed calls")
+    (city,) = re.findall(r"'([^']*)'", notebook.output_text(3))
+    assert city
+    assert city in card.inner_text()
+
+
+def test_a_reload_mid_stream_continues_without_duplicates(
+    browser: Browser, lab: LiveServer
+) -> None:
+    name = write_notebook(lab, "reload.ipynb", LOAD, STORY.format(n=160))
+    notebook = open_notebook(browser, lab, name)
+    notebook.run(0)
+    notebook.run(1)
+    notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
+    task = task_id(notebook, 1)
+    notebook.save()
+    reopen(notebook)
+    notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer after reload")
+    with lab.client() as client:
+        status_at_reload = client.get(f"/tasks/{task}").json()["status"]
+    assert notebook.wait_final(1) == "incomplete"
+    assert task_id(notebook, 1) == task
+    check_view(notebook, 1)
+    assert normalized(notebook.message(1)) == normalized(server_text(lab, task))
+    print(f"\nthe task was {status_at_reload} at the reload")
