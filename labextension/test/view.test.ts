@@ -78,6 +78,23 @@ describe('AnswerView', () => {
     expect(message.textContent?.trim()).toBe('bold text');
   });
 
+  it('keeps the space that ends the text at a render, so the next word does not stick', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'A small place.\n')]);
+    flushFrames();
+    view.applyEvents(TASK, [textDelta(4, 'The')]);
+    expect(text(view, '.lmsp-message')).toBe('A small place.\nThe');
+  });
+
+  it('adds no whitespace to a finished message', () => {
+    const view = makeView();
+    view.setState(state());
+    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'A small place.\n')]);
+    view.applyEvents(TASK, [messageDone(4, 'A small place.\n')]);
+    expect(text(view, '.lmsp-message')).toBe('A small place.');
+  });
+
   it('ignores events with ids already applied', () => {
     const view = makeView();
     view.setState(state());
@@ -236,6 +253,34 @@ describe('AnswerView', () => {
     (card.querySelector('.lmsp-approve') as HTMLButtonElement).click();
     expect(actions.decide).toHaveBeenCalledWith('call_1', 'approve');
     expect((card.querySelector('.lmsp-deny') as HTMLButtonElement).disabled).toBe(true);
+  });
+
+  it('adds Approve and Deny once the kernel state names a call first seen without it', () => {
+    const view = makeView();
+    const call = {
+      type: 'function_call' as const,
+      id: 'fc_1',
+      call_id: 'call_1',
+      name: 'f',
+      arguments: '{}'
+    };
+    const finished = {
+      task_id: TASK,
+      response: { id: RESP, status: 'completed' as const, model: 'm', output: [call] }
+    };
+    // the round ended before the kernel sent its decision state: no buttons yet
+    view.setState(state({ status: 'in_progress', rounds: [finished] }));
+    const card = () => view.node.querySelector('.lmsp-call[data-call-id="call_1"]')!;
+    expect(card().querySelector('.lmsp-approve')).toBeNull();
+    view.setState(
+      state({
+        status: 'requires_action',
+        rounds: [finished],
+        tool_calls: { call_1: { name: 'f', arguments: '{}', decision: 'pending', output: null } }
+      })
+    );
+    expect(card().querySelector('.lmsp-approve')).not.toBeNull();
+    expect(card().querySelector('.lmsp-deny')).not.toBeNull();
   });
 
   it('hides the buttons of a decided call and shows its output', () => {

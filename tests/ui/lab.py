@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nbformat
 from playwright.sync_api import Browser, Page
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import LiveServer, start_server
 
@@ -25,8 +27,13 @@ IMAGES = ROOT / "docs" / "images"
 FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
 
 
-def start_lab(tmp: Path, *, lab_extension: bool) -> LiveServer:
-    """``jupyter lab`` on a loopback port with a clean workspace and settings."""
+def start_lab(
+    tmp: Path, *, lab_extension: bool, config: dict[str, object] | None = None
+) -> LiveServer:
+    """``jupyter lab`` on a loopback port with a clean workspace and settings.
+
+    ``config`` is the server's ``jupyter_server_config.json`` (e.g. ``{"LmspApp": {...}}``).
+    """
     if not lab_extension:
         labconfig = tmp / "config" / "labconfig"
         labconfig.mkdir(parents=True, exist_ok=True)
@@ -43,6 +50,7 @@ def start_lab(tmp: Path, *, lab_extension: bool) -> LiveServer:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         app="lab",
         base_url="/",
+        config=config,
     )
 
 
@@ -69,20 +77,37 @@ class Notebook:
 
     def cell(self, index: int) -> Any:
         """The ``index``-th cell of the notebook."""
-        return self.page.locator(".jp-Notebook .jp-Cell").nth(index)
+        return self.page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(index)
 
     def run(self, index: int) -> None:
-        """Run one cell as a user would (select it, Shift+Enter); wait until it is queued."""
-        cell = self.cell(index)
-        prompt = cell.locator(".jp-InputArea-prompt")
+        """Run one cell as a user would (select it, Shift+Enter); wait until it is queued.
+
+        Right after a notebook opens, JupyterLab may take the key before its kernel
+        connection is ready and only move the selection; the key is then pressed again.
+        """
+        prompt = self.cell(index).locator(".jp-InputArea-prompt")
         before = prompt.inner_text()
-        prompt.click()
-        self.page.keyboard.press("Shift+Enter")
-        self.wait_until(
-            lambda: prompt.inner_text() != before and re.search(r"[*0-9]", prompt.inner_text()),
-            30,
-            f"cell {index} to be queued",
-        )
+
+        def queued() -> bool:
+            now = prompt.inner_text()
+            return now != before and re.search(r"[*0-9]", now) is not None
+
+        for _ in range(5):
+            try:
+                prompt.click(timeout=15_000)
+            except PlaywrightError:
+                shot = Path(self.lab.root_dir).parent / "failure.png"
+                self.page.screenshot(path=str(shot))
+                dialog = self.page.locator(".jp-Dialog")
+                shown = dialog.first.inner_text() if dialog.count() else ""
+                raise AssertionError(f"cannot click cell {index}: {shown!r} ({shot})") from None
+            self.page.keyboard.press("Shift+Enter")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if queued():
+                    return
+                time.sleep(0.05)
+        self.wait_until(queued, 1, f"cell {index} to be queued")
 
     def wait_idle(self, timeout: float = 120) -> None:
         """Wait until the kernel is idle (the toolbar's execution indicator says so)."""
@@ -101,7 +126,8 @@ class Notebook:
     def status(self, index: int) -> str:
         """The status word the answer shows, or '' while it is not there."""
         status = self.cell(index).locator(".lmsp-answer .lmsp-status")
-        return str(status.first.inner_text()).strip() if status.count() else ""
+        # inner_text is the rendered text, which CSS shows in capitals
+        return str(status.first.inner_text()).strip().lower() if status.count() else ""
 
     def message(self, index: int) -> str:
         """The message text the answer shows so far."""
@@ -115,7 +141,9 @@ class Notebook:
             if check():
                 return
             time.sleep(0.05)
-        raise AssertionError(f"{what}: not after {timeout} s")
+        shot = Path(self.lab.root_dir).parent / "failure.png"
+        self.page.screenshot(path=str(shot))
+        raise AssertionError(f"{what}: not after {timeout} s (the page: {shot})")
 
     def wait_final(self, index: int, timeout: float = 240) -> str:
         """Wait for the answer in cell ``index`` to reach a final status; return it."""
@@ -138,11 +166,17 @@ class Notebook:
 
 
 def open_notebook(browser: Browser, lab: LiveServer, name: str) -> Notebook:
-    """Log in with the token and open ``name`` in JupyterLab, its kernel idle."""
+    """Log in with the token and open ``name`` in JupyterLab, its kernel idle.
+
+    Kernels of earlier tests are shut down first: with several running, JupyterLab asks which
+    one the notebook should use instead of starting its own.
+    """
+    for kernel_id in running_kernels(lab):
+        shutdown_kernel(lab, kernel_id)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(60_000)
     page = context.new_page()
-    page.goto(f"{lab.root}lab/tree/{name}?token={lab.token}")
+    page.goto(f"{lab.root}lab/tree/{name}?reset&token={lab.token}")
     notebook = Notebook(page, lab, name)
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     notebook.wait_idle()
@@ -154,3 +188,95 @@ def reopen(notebook: Notebook) -> None:
     notebook.page.reload()
     notebook.page.wait_for_selector(".jp-Notebook .jp-Cell")
     notebook.wait_idle()
+
+
+TASK_MIME = "application/vnd.lmsp.task+json"
+
+
+def jupyter_api(lab: LiveServer) -> httpx.Client:
+    """A client of the Jupyter server's own REST API (``/api/…``), with the token."""
+    headers = {"Authorization": f"token {lab.token}"}
+    return httpx.Client(base_url=f"{lab.root}api", headers=headers, timeout=60)
+
+
+def running_kernels(lab: LiveServer) -> list[str]:
+    """The ids of the kernels the server runs."""
+    with jupyter_api(lab) as api:
+        return [kernel["id"] for kernel in api.get("/kernels").raise_for_status().json()]
+
+
+def notebook_sessions(lab: LiveServer, name: str) -> list[dict[str, Any]]:
+    """The server's sessions of notebook ``name`` (a session's path may be a file id)."""
+    with jupyter_api(lab) as api:
+        sessions: list[dict[str, Any]] = api.get("/sessions").raise_for_status().json()
+    return [s for s in sessions if name in (s["path"], s["name"], s["notebook"]["path"])]
+
+
+def shutdown_kernel(lab: LiveServer, kernel_id: str) -> None:
+    """Shut a kernel down through the server (``DELETE /api/kernels/{id}``)."""
+    with jupyter_api(lab) as api:
+        assert api.delete(f"/kernels/{kernel_id}").status_code == 204
+
+
+def saved_answer(lab: LiveServer, name: str, index: int) -> dict[str, Any]:
+    """The ``AnswerState`` saved in the outputs of cell ``index`` of notebook ``name``."""
+    notebook = nbformat.read(Path(lab.root_dir) / name, as_version=4)
+    states = [
+        output["data"][TASK_MIME]
+        for output in notebook.cells[index].outputs
+        if TASK_MIME in output.get("data", {})
+    ]
+    assert len(states) == 1, f"{len(states)} answers saved in cell {index}"
+    state: dict[str, Any] = states[0]
+    return state
+
+
+def reopen_without_kernel(notebook: Notebook) -> None:
+    """Reload the page and leave the notebook with no kernel at all.
+
+    JupyterLab 4.6 starts the kernel named in the notebook's metadata when it opens it (no
+    dialog); once it runs, it is shut down again from the Kernel menu. Were the "Select Kernel"
+    dialog shown instead, "No Kernel" is chosen in it. (The execution indicator says ``idle``
+    before any kernel exists, so the started kernel is recognised by its name and session.)
+    """
+    page = notebook.page
+    lab, name = notebook.lab, notebook.name
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    dialog = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel")
+    idle = page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    kernel_name = page.locator(".jp-Toolbar-kernelName").first
+
+    def has_kernel() -> bool:
+        named = kernel_name.inner_text().strip() not in ("", "No Kernel")
+        return named and idle.count() > 0 and bool(notebook_sessions(lab, name))
+
+    def no_kernel() -> bool:
+        return kernel_name.inner_text().strip() == "No Kernel" and not notebook_sessions(lab, name)
+
+    for _ in range(3):
+        notebook.wait_until(
+            lambda: dialog.count() > 0 or has_kernel(), 120, "a kernel or the kernel dialog"
+        )
+        if dialog.count():
+            dialog.click()
+        else:
+            page.locator(".lm-MenuBar-item", has_text="Kernel").click()
+            page.locator('.lm-Menu-item[data-command="kernelmenu:shutdown"]').click()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if no_kernel():
+                return
+            time.sleep(0.1)
+    notebook.wait_until(no_kernel, 1, "the notebook without a kernel")
+
+
+def forget_workspaces(lab: LiveServer) -> None:
+    """Delete the saved JupyterLab workspaces, so the next page restores no earlier notebook.
+
+    Opening ``lab/tree/<name>`` adds the notebook to the default workspace's tabs; without
+    this the notebooks of earlier tests open again (cells of several notebooks on the page,
+    and kernels started for them).
+    """
+    for workspace in (Path(lab.root_dir).parent / "workspaces").glob("*.jupyterlab-workspace"):
+        workspace.unlink()

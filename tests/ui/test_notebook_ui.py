@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.conftest import LiveServer, stop_server
-from tests.ui.lab import Notebook, open_notebook, reopen, start_lab, write_notebook
+from tests.ui.lab import FINAL_STATUSES, Notebook, open_notebook, reopen, start_lab, write_notebook
 
 LOAD = "%load_ext lmsp_jupyter"
 STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
@@ -40,8 +40,9 @@ def mode(lab: LiveServer) -> str:
 
 def check_view(notebook: Notebook, index: int) -> None:
     """The answer is shown by the view this lab is meant to use."""
-    widget = notebook.cell(index).locator(".jupyter-widgets .lmsp-answer").count()
-    assert (widget > 0) == (mode(notebook.lab) == "widget")
+    renderer = notebook.cell(index).locator(".lmsp-rendered-task .lmsp-answer").count()
+    assert (renderer > 0) == (mode(notebook.lab) == "renderer")
+    assert notebook.cell(index).locator(".lmsp-answer").count() == 1
 
 
 def task_id(notebook: Notebook, index: int) -> str:
@@ -76,16 +77,22 @@ def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> 
     notebook.run(1)
     notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer view")
     partial: list[str] = []
-    while notebook.status(1) not in ("completed", "incomplete", "failed", "cancelled"):
+
+    def final() -> bool:
         text = notebook.message(1)
         if text and (not partial or text != partial[-1]):
             partial.append(text)
-        notebook.page.wait_for_timeout(20)
+        return notebook.status(1) in FINAL_STATUSES
+
+    notebook.wait_until(final, 240, "a final status")
     final = notebook.message(1)
     assert notebook.status(1) == "incomplete"  # 48 tokens of a story: cut by max_output_tokens
     growing = [text for text in partial if text != final]
     assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
-    assert all(final.startswith(text.rstrip()[:-1]) for text in growing if len(text) > 1)
+    # Each partial state is the start of the final text (its last word may still be growing).
+    for text in growing:
+        head = normalized(text).rsplit(" ", 1)[0]
+        assert normalized(final).startswith(head), (text, final)
     check_view(notebook, 1)
     assert normalized(final) == normalized(server_text(lab, task_id(notebook, 1)))
     notebook.screenshot(f"ask-{mode(lab)}.png")

@@ -278,18 +278,22 @@ export class AnswerView {
       return;
     }
     if (item.done) {
-      this._renderMessage(dom);
+      this._renderMessage(dom, true);
     } else {
       this._dirtyMessages.add(dom);
       this._scheduleFrame();
     }
   }
 
-  private _renderMessage(dom: MessageDom): void {
+  private _renderMessage(dom: MessageDom, done: boolean): void {
     this._dirtyMessages.delete(dom);
     renderMarkdown(dom.node, dom.shown);
-    dom.tail = document.createTextNode('');
-    textEnd(dom.node).append(dom.tail);
+    const end = textEnd(dom.node);
+    // Markdown drops a line break that ends the text so far; while the message streams the
+    // tail keeps it, or the next word would stick to the last one ("place.The").
+    const kept = done || /\s$/.test(end.textContent ?? '') ? '' : /\s*$/.exec(dom.shown)![0];
+    dom.tail = document.createTextNode(kept);
+    end.append(dom.tail);
     dom.rendered = true;
   }
 
@@ -301,7 +305,7 @@ export class AnswerView {
     this._requestFrame(() => {
       this._frameRequested = false;
       for (const dom of Array.from(this._dirtyMessages)) {
-        this._renderMessage(dom);
+        this._renderMessage(dom, false);
       }
     });
   }
@@ -331,6 +335,7 @@ export class AnswerView {
       item.done,
       item.name,
       decision,
+      call !== undefined, // a call the kernel knows gets buttons; one only seen live does not
       call?.output,
       sent,
       this._actionsEnabled
