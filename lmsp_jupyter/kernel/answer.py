@@ -55,6 +55,9 @@ class AnswerView(Protocol):
     def redisplay(self) -> None:
         """Show the answer again (it was the value of a later cell)."""
 
+    def waited(self) -> None:
+        """A cell waited for the answer: the state it waited for should reach that cell."""
+
 
 class Answer:
     """The handle of one ``%lmsp ask``: its text, output and response, and its controls.
@@ -154,9 +157,7 @@ class Answer:
         """Block until the ask ends or waits for a decision; ``TimeoutError`` after ``timeout``."""
         if not self._settled.wait(timeout):
             raise TimeoutError(f"{self.ask_id} still runs after {timeout} s")
-        # Again from the waiting cell: a headless runner (nbclient, nbconvert) reads only the
-        # messages of the cell it runs, so the final display reaches the saved notebook.
-        self._view.refresh()
+        self._view.waited()
         return self
 
     def approve(self, call_id: str | None = None) -> None:
@@ -402,4 +403,7 @@ class _Unseen:
         pass
 
     def redisplay(self) -> None:
+        pass
+
+    def waited(self) -> None:
         pass

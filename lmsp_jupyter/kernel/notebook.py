@@ -51,6 +51,15 @@ class NotebookView:
         if execution_count() != self._shown_in:
             publish(self._bundle(), self.display_id)
 
+    def waited(self) -> None:
+        """Update the display again from a later cell that waited for the answer.
+
+        A headless runner (nbclient, nbconvert) reads only the messages of the cell it runs,
+        so without this the saved notebook would keep the state of the asking cell's time.
+        """
+        if execution_count() != self._shown_in:
+            self.refresh()
+
     def _bundle(self) -> dict[str, Any]:
         bundle = text_bundle(self._answer)
         if self._round != self._answer.task_id:  # a new round: its events start at 1

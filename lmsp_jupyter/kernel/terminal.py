@@ -41,6 +41,9 @@ class TerminalView:
         if isinstance(event.data, OutputTextDelta):
             self._write(event.data.delta)
 
+    def waited(self) -> None:
+        """Nothing to do: the terminal printed the answer as it came."""
+
     def redisplay(self) -> None:
         """Print the answer again; in the cell that just printed it, only its status line."""
         text = text_bundle(self._answer)["text/plain"]

@@ -146,3 +146,6 @@ class RecordingView:
 
     def redisplay(self) -> None:
         self.states.append(self.answer.state_json())
+
+    def waited(self) -> None:
+        pass

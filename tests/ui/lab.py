@@ -152,6 +152,13 @@ class Notebook:
         )
         return self.status(index)
 
+    def task_id(self, index: int) -> str:
+        """The task id the answer in cell ``index`` shows."""
+        shown = self.cell(index).locator(".lmsp-answer .lmsp-task-id").first.inner_text()
+        match = re.search(r"task_[0-9A-Z]{26}", shown)
+        assert match, shown
+        return match[0]
+
     def save(self) -> None:
         """Save the notebook (Ctrl+S) and wait until it is saved."""
         self.page.keyboard.press("Control+s")
@@ -179,7 +186,7 @@ def open_notebook(browser: Browser, lab: LiveServer, name: str) -> Notebook:
     page.goto(f"{lab.root}lab/tree/{name}?reset&token={lab.token}")
     notebook = Notebook(page, lab, name)
     page.wait_for_selector(".jp-Notebook .jp-Cell")
-    notebook.wait_idle()
+    wait_kernel(notebook)
     return notebook
 
 
@@ -191,6 +198,30 @@ def reopen(notebook: Notebook) -> None:
 
 
 TASK_MIME = "application/vnd.lmsp.task+json"
+
+
+def normalized(text: str) -> str:
+    """Text compared without the whitespace that Markdown rendering changes."""
+    return " ".join(text.split())
+
+
+def message_text(response: dict[str, Any]) -> str:
+    """The message text of a Response (JSON)."""
+    return "".join(
+        part["text"]
+        for item in response["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+    )
+
+
+def server_task(lab: LiveServer, task: str) -> dict[str, Any]:
+    """``GET /tasks/{id}``."""
+    with lab.client() as client:
+        reply = client.get(f"/tasks/{task}")
+        assert reply.status_code == 200, reply.text
+        body: dict[str, Any] = reply.json()
+        return body
 
 
 def jupyter_api(lab: LiveServer) -> httpx.Client:
@@ -231,32 +262,56 @@ def saved_answer(lab: LiveServer, name: str, index: int) -> dict[str, Any]:
     return state
 
 
+def kernel_shown(notebook: Notebook) -> bool:
+    """Whether the notebook has a kernel: named in its toolbar, idle, with a server session.
+
+    (The execution indicator says ``idle`` before any kernel exists: it is not enough.)
+    """
+    named = notebook.page.locator(".jp-Toolbar-kernelName").first.inner_text().strip()
+    idle = notebook.page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    return (
+        named not in ("", "No Kernel")
+        and idle.count() > 0
+        and bool(notebook_sessions(notebook.lab, notebook.name))
+    )
+
+
+def wait_kernel(notebook: Notebook) -> None:
+    """Wait until the notebook's kernel runs.
+
+    When the kernel specs have not reached the page yet as the notebook opens (a lab that has
+    just started, a busy machine), JupyterLab asks which kernel to start instead of starting
+    the notebook's own: the preferred one, selected in the dialog, is taken then.
+    """
+    select = notebook.page.locator(".jp-Dialog").get_by_role("button", name="Select", exact=True)
+    notebook.wait_until(
+        lambda: select.count() > 0 or kernel_shown(notebook), 120, "a kernel or the dialog"
+    )
+    if select.count():
+        select.click()
+        notebook.wait_until(lambda: kernel_shown(notebook), 120, "the selected kernel")
+
+
 def reopen_without_kernel(notebook: Notebook) -> None:
     """Reload the page and leave the notebook with no kernel at all.
 
     JupyterLab 4.6 starts the kernel named in the notebook's metadata when it opens it (no
     dialog); once it runs, it is shut down again from the Kernel menu. Were the "Select Kernel"
-    dialog shown instead, "No Kernel" is chosen in it. (The execution indicator says ``idle``
-    before any kernel exists, so the started kernel is recognised by its name and session.)
+    dialog shown instead, "No Kernel" is chosen in it.
     """
     page = notebook.page
     lab, name = notebook.lab, notebook.name
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell")
-    dialog = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel")
-    idle = page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    dialog = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True)
     kernel_name = page.locator(".jp-Toolbar-kernelName").first
-
-    def has_kernel() -> bool:
-        named = kernel_name.inner_text().strip() not in ("", "No Kernel")
-        return named and idle.count() > 0 and bool(notebook_sessions(lab, name))
 
     def no_kernel() -> bool:
         return kernel_name.inner_text().strip() == "No Kernel" and not notebook_sessions(lab, name)
 
     for _ in range(3):
         notebook.wait_until(
-            lambda: dialog.count() > 0 or has_kernel(), 120, "a kernel or the kernel dialog"
+            lambda: dialog.count() > 0 or kernel_shown(notebook), 120, "a kernel or the dialog"
         )
         if dialog.count():
             dialog.click()
@@ -269,14 +324,3 @@ def reopen_without_kernel(notebook: Notebook) -> None:
                 return
             time.sleep(0.1)
     notebook.wait_until(no_kernel, 1, "the notebook without a kernel")
-
-
-def forget_workspaces(lab: LiveServer) -> None:
-    """Delete the saved JupyterLab workspaces, so the next page restores no earlier notebook.
-
-    Opening ``lab/tree/<name>`` adds the notebook to the default workspace's tabs; without
-    this the notebooks of earlier tests open again (cells of several notebooks on the page,
-    and kernels started for them).
-    """
-    for workspace in (Path(lab.root_dir).parent / "workspaces").glob("*.jupyterlab-workspace"):
-        workspace.unlink()

@@ -8,7 +8,6 @@ cancels them; the status-bar item says when the service generates.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,12 +17,14 @@ from playwright.sync_api import Browser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import LiveServer, stop_server
 from tests.ui.lab import (
-    Notebook,
-    forget_workspaces,
+    FINAL_STATUSES,
+    message_text,
+    normalized,
     open_notebook,
     reopen_without_kernel,
     running_kernels,
     saved_answer,
+    server_task,
     shutdown_kernel,
     start_lab,
     write_notebook,
@@ -31,7 +32,6 @@ from tests.ui.lab import (
 
 LOAD = "%load_ext lmsp_jupyter"
 STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
-FINAL = ("completed", "incomplete", "failed", "cancelled")
 # Finished tasks lose their events after 1 s and are gone after 2 s; purged every second.
 PURGING: dict[str, object] = {
     "LmspApp": {
@@ -58,51 +58,6 @@ def purging_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     stop_server(server)
 
 
-def open_alone(browser: Browser, lab: LiveServer, name: str) -> Notebook:
-    """Open ``name`` as the only notebook of the page (no tabs of earlier tests restored)."""
-    forget_workspaces(lab)
-    return open_notebook(browser, lab, name)
-
-
-def status(notebook: Notebook, index: int) -> str:
-    """The status word of the answer in cell ``index`` as written (CSS shows it in capitals)."""
-    badge = notebook.cell(index).locator(".lmsp-answer .lmsp-status")
-    return str(badge.first.text_content()).strip() if badge.count() else ""
-
-
-def wait_final(notebook: Notebook, index: int) -> str:
-    """Wait for a final status in cell ``index``; return it."""
-    notebook.wait_until(lambda: status(notebook, index) in FINAL, 240, f"a final status in {index}")
-    return status(notebook, index)
-
-
-def shown_task_id(notebook: Notebook, index: int) -> str:
-    """The task id the answer in cell ``index`` shows."""
-    shown = notebook.cell(index).locator(".lmsp-answer .lmsp-task-id").first.inner_text()
-    match = re.search(r"task_[0-9A-Z]{26}", shown)
-    assert match, shown
-    return match[0]
-
-
-def message_text(response: dict[str, Any]) -> str:
-    """The message text of a Response (JSON)."""
-    return "".join(
-        part["text"]
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
-
-
-def server_task(lab: LiveServer, task: str) -> dict[str, Any]:
-    """``GET /tasks/{id}``."""
-    with lab.client() as client:
-        reply = client.get(f"/tasks/{task}")
-        assert reply.status_code == 200, reply.text
-        body: dict[str, Any] = reply.json()
-        return body
-
-
 def bundled_model(lab: LiveServer) -> dict[str, Any]:
     """The bundled model as ``GET /models`` lists it."""
     with lab.client() as client:
@@ -111,16 +66,11 @@ def bundled_model(lab: LiveServer) -> dict[str, Any]:
     return dict(model)
 
 
-def normalized(text: str) -> str:
-    """Text compared without the whitespace that Markdown rendering changes."""
-    return " ".join(text.split())
-
-
 def test_a_running_answer_streams_on_after_its_kernel_is_shut_down(
     browser: Browser, lab: LiveServer
 ) -> None:
     name = write_notebook(lab, "orphan.ipynb", LOAD, STORY.format(n=320))
-    notebook = open_alone(browser, lab, name)
+    notebook = open_notebook(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
     notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
@@ -131,7 +81,7 @@ def test_a_running_answer_streams_on_after_its_kernel_is_shut_down(
     assert round_["response"] is None  # saved mid-stream: the round is still running
     assert state["status"] == "queued"  # the kernel's last word, at the round's start
     assert state["model"] == BUNDLED_MODEL_ID
-    assert shown_task_id(notebook, 1) == task
+    assert notebook.task_id(1) == task
     before_reload = notebook.message(1)
 
     kernel = state["kernel_id"]
@@ -142,20 +92,20 @@ def test_a_running_answer_streams_on_after_its_kernel_is_shut_down(
     reopen_without_kernel(notebook)
     status_at_reload = server_task(lab, task)["status"]
     notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer after reload")
-    assert shown_task_id(notebook, 1) == task
+    assert notebook.task_id(1) == task
     # The text grows while the task runs: at least three growing texts shown as in_progress,
     # read with no kernel behind the page.
     seen: list[str] = []
 
     def grown_twice() -> bool:
         text = notebook.message(1)
-        if status(notebook, 1) == "in_progress" and (not seen or len(text) > len(seen[-1])):
+        if notebook.status(1) == "in_progress" and (not seen or len(text) > len(seen[-1])):
             seen.append(text)
-        return len(seen) >= 3 or status(notebook, 1) in FINAL
+        return len(seen) >= 3 or notebook.status(1) in FINAL_STATUSES
 
     notebook.wait_until(grown_twice, 240, "the text to grow after the reload")
     assert len(seen) >= 3, f"the task was {status_at_reload} at the reload; seen: {seen}"
-    assert wait_final(notebook, 1) == "incomplete"  # 320 tokens of a story: cut by max tokens
+    assert notebook.wait_final(1) == "incomplete"  # 320 tokens of a story: cut by max tokens
     final = normalized(notebook.message(1))
     for text in [before_reload, *seen]:
         assert final.startswith(normalized(text)[:-1])
@@ -179,12 +129,12 @@ def test_a_finished_answer_renders_after_its_task_is_purged(
         "answer = " + STORY.format(n=24),
         "answer.wait();",
     )
-    notebook = open_alone(browser, lab, name)
+    notebook = open_notebook(browser, lab, name)
     for index in (0, 1, 2):
         notebook.run(index)
-    assert wait_final(notebook, 1) == "incomplete"
+    assert notebook.wait_final(1) == "incomplete"
     notebook.wait_idle()  # answer.wait() has returned: the kernel's final state is shown
-    task = shown_task_id(notebook, 1)
+    task = notebook.task_id(1)
     shown = notebook.message(1)
     notebook.save()
     state = saved_answer(lab, name, 1)
@@ -204,9 +154,9 @@ def test_a_finished_answer_renders_after_its_task_is_purged(
         )
         assert client.get(f"/tasks/{task}/events").status_code == 404
     reopen_without_kernel(notebook)
-    notebook.wait_until(lambda: status(notebook, 1) != "", 60, "the answer after reload")
-    assert status(notebook, 1) == "incomplete"
-    assert shown_task_id(notebook, 1) == task
+    notebook.wait_until(lambda: notebook.status(1) != "", 60, "the answer after reload")
+    assert notebook.status(1) == "incomplete"
+    assert notebook.task_id(1) == task
     assert normalized(notebook.message(1)) == normalized(text)
     answer = notebook.answer(1)
     assert answer.locator(".lmsp-stop").is_hidden()
@@ -217,11 +167,11 @@ def test_the_side_panel_lists_a_running_task_and_cancels_it(
     browser: Browser, lab: LiveServer
 ) -> None:
     name = write_notebook(lab, "panel.ipynb", LOAD, STORY.format(n=400))
-    notebook = open_alone(browser, lab, name)
+    notebook = open_notebook(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
     notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
-    task = shown_task_id(notebook, 1)
+    task = notebook.task_id(1)
     page = notebook.page
     page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
     panel = page.locator("#lmsp-panel")
@@ -255,12 +205,12 @@ def test_the_side_panel_lists_a_running_task_and_cancels_it(
     assert str(row.locator(".lmsp-panel-badge").text_content()) == "cancelled"
     assert row.locator(".lmsp-panel-cancel").count() == 0
     assert server_task(lab, task)["status"] == "cancelled"
-    assert wait_final(notebook, 1) == "cancelled"
+    assert notebook.wait_final(1) == "cancelled"
 
 
 def test_the_status_bar_says_when_the_service_generates(browser: Browser, lab: LiveServer) -> None:
     name = write_notebook(lab, "status.ipynb", LOAD, STORY.format(n=160))
-    notebook = open_alone(browser, lab, name)
+    notebook = open_notebook(browser, lab, name)
     item = notebook.page.locator(".lmsp-statusbar")
     with lab.client() as client:
         assert client.get("/tasks", params={"status": "in_progress"}).json()["data"] == []
@@ -285,7 +235,7 @@ def test_the_status_bar_says_when_the_service_generates(browser: Browser, lab: L
     assert item.inner_text() == f"LMSP: {BUNDLED_MODEL_ID} · ⟳ generating"
     notebook.screenshot("status-bar.png")
 
-    assert wait_final(notebook, 1) == "incomplete"
+    assert notebook.wait_final(1) == "incomplete"
     notebook.wait_until(
         lambda: item.get_attribute("data-state") == "idle", 30, "the status bar idle again"
     )

@@ -14,7 +14,17 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.conftest import LiveServer, stop_server
-from tests.ui.lab import FINAL_STATUSES, Notebook, open_notebook, reopen, start_lab, write_notebook
+from tests.ui.lab import (
+    FINAL_STATUSES,
+    Notebook,
+    message_text,
+    normalized,
+    open_notebook,
+    reopen,
+    server_task,
+    start_lab,
+    write_notebook,
+)
 
 LOAD = "%load_ext lmsp_jupyter"
 STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
@@ -45,29 +55,9 @@ def check_view(notebook: Notebook, index: int) -> None:
     assert notebook.cell(index).locator(".lmsp-answer").count() == 1
 
 
-def task_id(notebook: Notebook, index: int) -> str:
-    """The task id the answer shows."""
-    shown = notebook.cell(index).locator(".lmsp-answer .lmsp-task-id").first.inner_text()
-    match = re.search(r"task_[0-9A-Z]{26}", shown)
-    assert match, shown
-    return match[0]
-
-
 def server_text(lab: LiveServer, task: str) -> str:
     """The answer text the server has for a finished task."""
-    with lab.client() as client:
-        result = client.get(f"/tasks/{task}").json()["result"]
-    return "".join(
-        part["text"]
-        for item in result["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
-
-
-def normalized(text: str) -> str:
-    """Text compared without the whitespace that Markdown rendering changes."""
-    return " ".join(text.split())
+    return message_text(server_task(lab, task)["result"])
 
 
 def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> None:
@@ -94,7 +84,7 @@ def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> 
         head = normalized(text).rsplit(" ", 1)[0]
         assert normalized(final).startswith(head), (text, final)
     check_view(notebook, 1)
-    assert normalized(final) == normalized(server_text(lab, task_id(notebook, 1)))
+    assert normalized(final) == normalized(server_text(lab, notebook.task_id(1)))
     notebook.screenshot(f"ask-{mode(lab)}.png")
 
 
@@ -107,7 +97,7 @@ def test_stop_cancels_the_task_and_frees_the_model(browser: Browser, lab: LiveSe
     notebook.cell(1).locator(".lmsp-stop").first.click()
     assert notebook.wait_final(1) == "cancelled"
     with lab.client() as client:
-        assert client.get(f"/tasks/{task_id(notebook, 1)}").json()["status"] == "cancelled"
+        assert client.get(f"/tasks/{notebook.task_id(1)}").json()["status"] == "cancelled"
     notebook.run(2)
     assert notebook.wait_final(2) == "incomplete"
     assert notebook.message(2).strip()
@@ -157,14 +147,14 @@ def test_a_reload_mid_stream_continues_without_duplicates(
     notebook.run(0)
     notebook.run(1)
     notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
-    task = task_id(notebook, 1)
+    task = notebook.task_id(1)
     notebook.save()
     reopen(notebook)
     notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer after reload")
     with lab.client() as client:
         status_at_reload = client.get(f"/tasks/{task}").json()["status"]
     assert notebook.wait_final(1) == "incomplete"
-    assert task_id(notebook, 1) == task
+    assert notebook.task_id(1) == task
     check_view(notebook, 1)
     assert normalized(notebook.message(1)) == normalized(server_text(lab, task))
     print(f"\nthe task was {status_at_reload} at the reload")
