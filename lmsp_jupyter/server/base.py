@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -24,6 +25,10 @@ from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?$")
 _HTTP_VERBS = ("get", "head", "post", "put", "patch", "delete")
+#: Request headers a cross-origin client of LMSP may send (Jupyter's and LMSP's own).
+_CORS_REQUEST_HEADERS = (
+    "accept, content-type, authorization, x-xsrftoken, lmsp-version, idempotency-key, last-event-id"
+)
 _HTTP_ERROR_CODES: dict[int, Any] = {
     400: "invalid_request",
     401: "unauthorized",
@@ -76,6 +81,11 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         await JupyterHandler.prepare(self)
+        if self.request.method == "OPTIONS":
+            # A CORS preflight carries no credentials; it is answered for allowed origins only.
+            if not self._preflight_origin_allowed():
+                raise LmspError("forbidden_origin", "requests from this origin are not allowed")
+            return
         if self.current_user is not None:
             self.principal = JUPYTER_USER
         else:
@@ -108,6 +118,21 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         if outcome.replayed:
             self.set_header("Idempotent-Replayed", "true")
         return outcome
+
+    def _preflight_origin_allowed(self) -> bool:
+        """Jupyter's origin rule, which its ``check_origin`` skips for OPTIONS requests."""
+        origin = self.request.headers.get("Origin")
+        if origin is None or urlsplit(origin.lower()).netloc == self.request.headers.get("Host"):
+            return True
+        if self.allow_origin:
+            return self.allow_origin in ("*", origin)
+        return bool(self.allow_origin_pat and re.match(self.allow_origin_pat, origin))
+
+    @allow_unauthenticated
+    def options(self, *args: Any, **kwargs: Any) -> None:
+        """Answer a CORS preflight: Jupyter's answer, with LMSP's request headers allowed."""
+        super().options(*args, **kwargs)
+        self.set_header("Access-Control-Allow-Headers", _CORS_REQUEST_HEADERS)
 
     def check_xsrf_cookie(self) -> None:
         """Anonymous requests get 401 in ``prepare``; only logged-in browsers need XSRF."""
