@@ -1,3 +1,5 @@
-"""The package version: the one place it is written."""
+"""The package version, as installed: written once, in labextension/package.json."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("lmsp-jupyter")

@@ -25,6 +25,10 @@ from tests.fresh_install import (
 )
 
 LABEXTENSION = "share/jupyter/labextensions/lmsp-jupyter"
+#: The one place the version is written.
+VERSION = json.loads((Path(__file__).parents[1] / "labextension" / "package.json").read_text())[
+    "version"
+]
 SERVER_CONFIG = "etc/jupyter/jupyter_server_config.d/lmsp_jupyter.json"
 
 
@@ -100,6 +104,9 @@ def test_wheel_holds_the_lab_extension_widget_and_server_config(
         names = set(archive.namelist())
         config = json.loads(archive.read(files[SERVER_CONFIG]))
     assert f"{LABEXTENSION}/package.json" in files
+    assert wheel.name == f"lmsp_jupyter-{VERSION}-py3-none-any.whl"
+    version = install.output("python", "-c", "import lmsp_jupyter; print(lmsp_jupyter.__version__)")
+    assert version.strip() == VERSION
     assert re.fullmatch(r"static/remoteEntry\.[0-9a-f]+\.js", remote_entry(wheel))
     assert f"{LABEXTENSION}/{remote_entry(wheel)}" in files
     assert "lmsp_jupyter/static/widget.js" in names
@@ -111,7 +118,9 @@ def test_wheel_holds_the_lab_extension_widget_and_server_config(
 def test_jupyter_lists_both_extensions_enabled_and_ok(install: FreshInstall, wheel: Path) -> None:
     install.run("python", "-m", "pip", "check")
     lab = install.output("jupyter", "labextension", "list")
-    assert re.search(r"^\s+lmsp-jupyter v\S+ enabled OK \(python, lmsp-jupyter\)$", lab, re.M)
+    assert re.search(
+        rf"^\s+lmsp-jupyter v{re.escape(VERSION)} enabled OK \(python, lmsp-jupyter\)$", lab, re.M
+    )
     server = install.output("jupyter", "server", "extension", "list")
     assert re.search(r"^\s+lmsp_jupyter enabled$", server, re.M), server
     assert re.search(r"^\s+lmsp_jupyter \S+ OK$", server, re.M), server
