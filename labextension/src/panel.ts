@@ -7,15 +7,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import {
-  LmspModel,
-  LmspTask,
-  Poller,
-  cancelTask,
-  isRunning,
-  listModels,
-  listTasks
-} from './api';
+import { LmspModel, LmspTask, Poller, cancelTask, isRunning, listModels, listTasks } from './api';
 import '../style/panel.css';
 
 const POLL_MS = 2000;
@@ -102,10 +94,7 @@ export class LmspPanel extends Widget {
   /** Fetch models and tasks and show them (errors are shown in the panel). */
   async refresh(): Promise<void> {
     try {
-      const [models, tasks] = await Promise.all([
-        listModels(),
-        listTasks({ limit: RECENT_TASKS })
-      ]);
+      const [models, tasks] = await Promise.all([listModels(), listTasks({ limit: RECENT_TASKS })]);
       this.error.textContent = '';
       this.showModels(models);
       this.showTasks(tasks);

@@ -181,6 +181,32 @@ describe('AnswerView', () => {
     expect(text(view, '.lmsp-usage')).toBe('5 in · 40 out');
   });
 
+  it('shows the tokens per second the kernel timed for a saved round, and none without', () => {
+    const saved = (seconds: number | null) =>
+      state({
+        status: 'completed',
+        rounds: [
+          {
+            task_id: TASK,
+            seconds,
+            response: {
+              id: RESP,
+              status: 'completed',
+              model: 'm',
+              output: [],
+              usage: { input_tokens: 4, output_tokens: 30, total_tokens: 34 }
+            }
+          }
+        ]
+      });
+    const view = makeView();
+    view.setState(saved(1.5));
+    expect(text(view, '.lmsp-rate')).toBe('20.0 tok/s');
+    const untimed = makeView();
+    untimed.setState(saved(null));
+    expect(text(untimed, '.lmsp-rate')).toBe('');
+  });
+
   it('collapses reasoning in a details element', () => {
     const view = makeView();
     view.setState(state());

@@ -6,13 +6,16 @@ import contextlib
 import contextvars
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 from ..client import LmspClientError, ProblemError
 from ..protocol.events import (
+    FunctionCallArgumentsDelta,
     OutputItemDone,
     OutputTextDelta,
+    ReasoningSummaryTextDelta,
     ResponseCreated,
     ResponseEvent,
     StreamError,
@@ -87,6 +90,7 @@ class Answer:
         self._settled = threading.Event()  # set while final or waiting for a decision
         self._events: list[ResponseEvent] = []  # of the running round
         self._deltas: list[str] = []
+        self._output_times: list[float] = []  # monotonic: first output delta, last event
         self._items: list[OutputItem] = []
         self._awaiting: set[str] = set()  # calls of the last round without an output yet
         self._stopped = False
@@ -243,6 +247,7 @@ class Answer:
             self._state.rounds.append(Round(task_id=task_id))
             self._state.status = "queued"
             self._events, self._deltas, self._items = [], [], []
+            self._output_times = []
             self._settled.clear()
         self._view.refresh()
         # in the starting cell's context, so the display's updates carry that cell as parent
@@ -287,6 +292,8 @@ class Answer:
         data = event.data
         with self._lock:
             self._events.append(event)
+            if self._output_times or isinstance(data, _OUTPUT_DELTAS):
+                self._output_times[1:] = [time.monotonic()]
             if isinstance(data, ResponseCreated):
                 self._state.status = "in_progress"
             elif isinstance(data, OutputTextDelta):
@@ -299,6 +306,7 @@ class Answer:
         calls = [item for item in response.output if isinstance(item, OutputFunctionCall)]
         with self._lock:
             self._state.rounds[-1].response = response
+            self._state.rounds[-1].seconds = _decode_seconds(self._output_times, response)
             self._state.model = response.model
         if self._stopped:
             self._finish("cancelled")
@@ -391,6 +399,22 @@ class Answer:
             self._view.refresh()
         finally:
             self._settled.set()  # after the refresh: who waited sees the final display
+
+
+#: Events that carry generated tokens.
+_OUTPUT_DELTAS = (OutputTextDelta, ReasoningSummaryTextDelta, FunctionCallArgumentsDelta)
+#: Faster than this, events were replayed from the store rather than watched as generated.
+_LIVE_TOKENS_PER_SECOND = 1000.0
+
+
+def _decode_seconds(times: list[float], response: Response) -> float | None:
+    """Seconds from the first output delta to the end, if the round was watched live."""
+    if len(times) < 2 or response.usage is None:
+        return None
+    seconds = times[1] - times[0]
+    if seconds <= 0 or response.usage.output_tokens / seconds > _LIVE_TOKENS_PER_SECOND:
+        return None
+    return round(seconds, 3)
 
 
 class _Unseen:

@@ -22,6 +22,11 @@ class Round(BaseModel):
 
     task_id: str
     response: Response | None = Field(None, description="The final response once done.")
+    seconds: float | None = Field(
+        None,
+        description="Seconds from the first output token to the end, as the kernel watched "
+        "the round live (null if it only saw a replay): tokens/s of a saved answer.",
+    )
 
 
 class ToolCallState(BaseModel):

@@ -66,6 +66,8 @@ def test_text_output_and_response_of_a_plain_answer() -> None:
     assert (answer.status, answer.task_id, answer.text) == ("completed", "task_1", "Hello")
     assert answer.output == [OutputMessage(id="msg_1", content=[OutputText(text="Hello")])]
     assert answer.response is not None and answer.response.id == "resp_1"
+    # events that arrive all at once are a replay, not a generation: no decode time
+    assert answer.state.rounds[0].seconds is None
     # the state is sent when the round starts and when it (and the ask) ends, not per token
     assert [(s["status"], s["rounds"][0]["response"] is None) for s in view.states] == [
         ("queued", True),

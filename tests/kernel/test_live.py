@@ -107,6 +107,10 @@ def test_ask_streams_in_the_background_and_updates_its_display(kernel: Kernel) -
     state = end["content"]["data"][TASK_MIME]
     assert (state["status"], state["rounds"][0]["task_id"]) == (status, task_id)
     assert state["rounds"][0]["response"]["status"] == status
+    # watched live: the decode time of a saved answer, for its tokens/s (CPU: far below 1000/s)
+    seconds = state["rounds"][0]["seconds"]
+    output_tokens = state["rounds"][0]["response"]["usage"]["output_tokens"]
+    assert seconds > 0 and output_tokens / seconds < 1000
     assert state["kernel_id"] == kernel.kernel_id
     assert end["content"]["data"]["text/plain"] == f"{json.loads(text)}\n[{status}] {task_id}"
     # the thread's messages belong to the cell that asked; a headless runner, reading only

@@ -113,7 +113,10 @@ export class Answer {
     }));
   }
 
-  /** Output tokens per second of the newest round watched live, or null. */
+  /**
+   * Output tokens per second of the newest round with a known rate: watched live here, or
+   * timed by the kernel that watched it (a saved answer), or null.
+   */
   tokensPerSecond(): number | null {
     const rounds = [...(this._state?.rounds ?? [])].reverse();
     for (const round of rounds) {
@@ -122,6 +125,9 @@ export class Answer {
       const rate = live ? tokensPerSecond({ ...live, usage }) : null;
       if (rate !== null) {
         return rate;
+      }
+      if (usage && round.seconds) {
+        return usage.output_tokens / round.seconds;
       }
     }
     return null;

@@ -85,6 +85,8 @@ export interface ToolCallState {
 export interface RoundState {
   task_id: string;
   response: Response | null;
+  /** Seconds from the first output token to the end, as the kernel watched it live. */
+  seconds?: number | null;
 }
 
 /** The durable state of one ask, as the kernel displays it. */
