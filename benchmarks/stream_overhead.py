@@ -156,10 +156,11 @@ def free_port() -> int:
         return port
 
 
-def server_command(port: int, token: str, root_dir: str) -> list[str]:
-    """``jupyter lmsp`` with a fixed port and token, and no model stores but the bundled one."""
-    script = Path(sys.executable).with_name("jupyter-lmsp")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "jupyter", "lmsp"]
+def server_command(port: int, token: str, root_dir: str, app: str = "lmsp") -> list[str]:
+    """``jupyter lmsp`` (or ``jupyter server``, which loads the extension too) with a fixed
+    port and token, and no model stores but the bundled one."""
+    script = Path(sys.executable).with_name(f"jupyter-{app}")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "jupyter", app]
     command += [
         f"--port={port}",
         "--ip=127.0.0.1",
@@ -183,13 +184,13 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(log_path: Path) -> Iterator[Server]:
-    """Start ``jupyter lmsp``, yield it once it answers, and always stop it."""
+def running_server(log_path: Path, app: str = "lmsp") -> Iterator[Server]:
+    """Start ``jupyter {app}``, yield it once it answers, and always stop it."""
     port, token = free_port(), secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as root, log_path.open("wb") as log:
         # Its own session and no stdin: Ctrl-C reaches only this script, which then stops it.
         process = subprocess.Popen(
-            server_command(port, token, root),
+            server_command(port, token, root, app),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
