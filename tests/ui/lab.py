@@ -25,6 +25,10 @@ from tests.conftest import LiveServer, start_server
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
 FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
+#: The first cell of every UI test notebook.
+LOAD = "%load_ext lmsp_jupyter"
+#: A greedy story ask of ``n`` tokens: long enough to watch, cut by max_output_tokens.
+STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
 
 
 def start_lab(
@@ -144,6 +148,10 @@ class Notebook:
         shot = Path(self.lab.root_dir).parent / "failure.png"
         self.page.screenshot(path=str(shot))
         raise AssertionError(f"{what}: not after {timeout} s (the page: {shot})")
+
+    def wait_text(self, index: int) -> None:
+        """Wait until the answer in cell ``index`` shows some text (it is streaming)."""
+        self.wait_until(lambda: len(self.message(index)) > 20, 120, "some text")
 
     def wait_final(self, index: int, timeout: float = 240) -> str:
         """Wait for the answer in cell ``index`` to reach a final status; return it."""

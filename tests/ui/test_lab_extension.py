@@ -18,6 +18,8 @@ from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import LiveServer, stop_server
 from tests.ui.lab import (
     FINAL_STATUSES,
+    LOAD,
+    STORY,
     message_text,
     normalized,
     open_notebook,
@@ -30,8 +32,6 @@ from tests.ui.lab import (
     write_notebook,
 )
 
-LOAD = "%load_ext lmsp_jupyter"
-STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
 # Finished tasks lose their events after 1 s and are gone after 2 s; purged every second.
 PURGING: dict[str, object] = {
     "LmspApp": {
@@ -73,7 +73,7 @@ def test_a_running_answer_streams_on_after_its_kernel_is_shut_down(
     notebook = open_notebook(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
-    notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
+    notebook.wait_text(1)
     notebook.save()
     state = saved_answer(lab, name, 1)
     (round_,) = state["rounds"]
@@ -170,7 +170,7 @@ def test_the_side_panel_lists_a_running_task_and_cancels_it(
     notebook = open_notebook(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
-    notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
+    notebook.wait_text(1)
     task = notebook.task_id(1)
     page = notebook.page
     page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()

@@ -16,6 +16,8 @@ from playwright.sync_api import Browser
 from tests.conftest import LiveServer, stop_server
 from tests.ui.lab import (
     FINAL_STATUSES,
+    LOAD,
+    STORY,
     Notebook,
     message_text,
     normalized,
@@ -26,8 +28,6 @@ from tests.ui.lab import (
     write_notebook,
 )
 
-LOAD = "%load_ext lmsp_jupyter"
-STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
 MODES = ["renderer", "widget"]
 
 
@@ -93,7 +93,7 @@ def test_stop_cancels_the_task_and_frees_the_model(browser: Browser, lab: LiveSe
     notebook = open_notebook(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
-    notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
+    notebook.wait_text(1)
     notebook.cell(1).locator(".lmsp-stop").first.click()
     assert notebook.wait_final(1) == "cancelled"
     with lab.client() as client:
@@ -146,7 +146,7 @@ def test_a_reload_mid_stream_continues_without_duplicates(
     notebook = open_notebook(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
-    notebook.wait_until(lambda: len(notebook.message(1)) > 20, 120, "some text")
+    notebook.wait_text(1)
     task = notebook.task_id(1)
     notebook.save()
     reopen(notebook)
