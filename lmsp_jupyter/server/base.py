@@ -6,7 +6,6 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -83,7 +82,7 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         await JupyterHandler.prepare(self)
         if self.request.method == "OPTIONS":
             # A CORS preflight carries no credentials; it is answered for allowed origins only.
-            if not self._preflight_origin_allowed():
+            if not self.check_origin():
                 raise LmspError("forbidden_origin", "requests from this origin are not allowed")
             return
         if self.current_user is not None:
@@ -119,14 +118,9 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             self.set_header("Idempotent-Replayed", "true")
         return outcome
 
-    def _preflight_origin_allowed(self) -> bool:
-        """Jupyter's origin rule, which its ``check_origin`` skips for OPTIONS requests."""
-        origin = self.request.headers.get("Origin")
-        if origin is None or urlsplit(origin.lower()).netloc == self.request.headers.get("Host"):
-            return True
-        if self.allow_origin:
-            return self.allow_origin in ("*", origin)
-        return bool(self.allow_origin_pat and re.match(self.allow_origin_pat, origin))
+    def skip_check_origin(self) -> bool:
+        """Jupyter skips the origin check for OPTIONS; LMSP checks preflights too (10)."""
+        return not self.identity_provider.should_check_origin(self)
 
     @allow_unauthenticated
     def options(self, *args: Any, **kwargs: Any) -> None:
