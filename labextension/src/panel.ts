@@ -8,6 +8,7 @@ import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { LmspModel, LmspTask, Poller, cancelTask, isRunning, listModels, listTasks } from './api';
+import { element } from './render/dom';
 import '../style/panel.css';
 
 const POLL_MS = 2000;
@@ -47,17 +48,6 @@ export function tokensPerSecond(task: LmspTask): string {
   }
   const seconds = task.completed_at - task.started_at;
   return seconds > 0 ? `${(tokens / seconds).toFixed(1)} tok/s` : `>${tokens} tok/s`;
-}
-
-function element<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text = ''
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  node.textContent = text;
-  return node;
 }
 
 /** The side panel widget; it polls only while it is visible. */

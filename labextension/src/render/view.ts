@@ -6,6 +6,7 @@ import { Answer } from './answer';
 import { renderMarkdown, textEnd } from './markdown';
 import type { ItemView, RoundView } from './reducer';
 import type { AnswerState, TaskEvent, ToolCallState } from './types';
+import { element } from './dom';
 
 /** What the view's buttons ask the host to do. */
 export interface AnswerActions {
@@ -40,19 +41,6 @@ interface RoundDom {
   node: HTMLElement;
   end: HTMLElement;
   items: Map<string, ItemDom>;
-}
-
-function element<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }
 
 function prettyArguments(text: string): string {
