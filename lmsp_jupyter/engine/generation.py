@@ -58,6 +58,14 @@ class SamplingParams:
 
     max_tokens: int
     temperature: float | None = None
+    #: Nucleus, top-k and min-p filtering; ``None`` is the engine's default.
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    #: Makes sampling at temperature > 0 repeatable.
+    seed: int | None = None
+    #: Text that ends generation; it never reaches the output, not even in part.
+    stop: tuple[str, ...] = ()
     #: A GBNF grammar (llama.cpp's format) every generated token must keep to.
     grammar: str | None = None
 
@@ -79,6 +87,8 @@ class GenerationDone:
     reason: StopReason
     prompt_tokens: int
     output_tokens: int
+    #: Prompt tokens served from a cached prefix instead of being evaluated.
+    cached_tokens: int = 0
 
 
 GenerationEvent = TextDelta | GenerationDone

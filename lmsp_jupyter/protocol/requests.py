@@ -63,6 +63,17 @@ class NamedToolChoice(_Strict):
 
 ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
 
+#: Up to 16 string pairs kept with a response or task (LMSP 1.0 sections 7 and 11.1).
+Metadata = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=512)]],
+    Field(max_length=16),
+]
+
+#: Text that ends generation: one string or up to 4.
+Stop = Annotated[str, Field(min_length=1, max_length=256)] | Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=256)]], Field(min_length=1, max_length=4)
+]
+
 
 class ResponseRequest(_Strict):
     """``POST /lmsp/v1/responses``: what to generate and how."""
@@ -72,11 +83,17 @@ class ResponseRequest(_Strict):
     stream: bool = False
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=1, le=1000)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    stop: Stop | None = None
     response_format: ResponseFormat | None = None
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     store: bool = False
     previous_response_id: str | None = Field(default=None, max_length=255)
+    metadata: Metadata | None = None
     extensions: dict[str, Any] | None = None
 
     @field_validator("input", mode="before")
@@ -93,6 +110,12 @@ class ResponseRequest(_Strict):
             if not _EXTENSION_KEY.match(key):
                 raise ValueError(f"extension key {key!r} is neither reverse-DNS nor an x- name")
         return value
+
+    def stop_sequences(self) -> tuple[str, ...]:
+        """``stop`` as a tuple, empty when not given."""
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:

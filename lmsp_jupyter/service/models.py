@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..engine.catalog import ModelCatalog, ModelEntry
-from ..engine.scheduler import Engine
+from ..engine.backend import GenerationBackend
 from ..protocol.models import Model, ModelCapability
 
 
@@ -11,7 +11,7 @@ class ModelDirectory:
     """Joins what the catalog finds on disk with what the engine has loaded."""
 
     def __init__(
-        self, catalog: ModelCatalog, engine: Engine, *, conversations: bool = False
+        self, catalog: ModelCatalog, engine: GenerationBackend, *, conversations: bool = False
     ) -> None:
         self.catalog = catalog
         self.engine = engine

@@ -23,7 +23,7 @@ from ..engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from ..engine.scheduler import Engine
+from ..engine.backend import GenerationBackend
 from ..engine.templates import THINK_OPEN, ChatTemplateError
 from ..protocol.errors import LmspError
 from ..protocol.events import (
@@ -91,7 +91,7 @@ class ResponseService:
     """Validates requests against models and runs them on the engine."""
 
     def __init__(
-        self, models: ModelDirectory, engine: Engine, records: ResponseRecords | None = None
+        self, models: ModelDirectory, engine: GenerationBackend, records: ResponseRecords | None = None
     ) -> None:
         self.models = models
         self.engine = engine
@@ -206,6 +206,11 @@ class ResponseService:
         params = SamplingParams(
             max_tokens=run.request.max_output_tokens or self.engine.context_length(run.entry),
             temperature=run.request.temperature,
+            top_p=run.request.top_p,
+            top_k=run.request.top_k,
+            min_p=run.request.min_p,
+            seed=run.request.seed,
+            stop=run.request.stop_sequences(),
             grammar=run.plan.grammar,
         )
         done: GenerationDone | None = None

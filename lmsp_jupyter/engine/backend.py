@@ -1,0 +1,50 @@
+"""The engine interface the service uses: one Protocol, implemented by every backend.
+
+The in-process llama.cpp engine and remote OpenAI-compatible servers implement it; the
+service never knows which one serves a model. A scripted double in the tests does too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from .catalog import ModelEntry
+from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
+
+
+class GenerationBackend(Protocol):
+    """Renders prompts and generates for the models it serves."""
+
+    def context_length(self, entry: ModelEntry) -> int:
+        """The context window, in tokens, that requests for ``entry`` must fit in."""
+        ...
+
+    def thinks(self, entry: ModelEntry) -> bool:
+        """Whether ``entry`` writes reasoning between ``<think>`` tags."""
+        ...
+
+    def is_loaded(self, model_id: str) -> bool:
+        """Whether the model is ready to generate without loading first."""
+        ...
+
+    async def render(
+        self,
+        entry: ModelEntry,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        grammar: str | None = None,
+    ) -> Prompt:
+        """The prompt for ``messages`` and ``tools``, checked before any generation."""
+        ...
+
+    def generate(
+        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
+    ) -> AsyncIterator[GenerationEvent]:
+        """Generate from ``prompt``; the last event is a ``GenerationDone``. A consumer that
+        stops iterating early, or ``cancel``, stops the generation at its next step."""
+        ...
+
+    def close(self) -> None:
+        """Stop generating and free what the backend holds."""
+        ...
