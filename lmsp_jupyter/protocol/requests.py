@@ -70,9 +70,12 @@ Metadata = Annotated[
 ]
 
 #: Text that ends generation: one string or up to 4.
-Stop = Annotated[str, Field(min_length=1, max_length=256)] | Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=256)]], Field(min_length=1, max_length=4)
-]
+Stop = (
+    Annotated[str, Field(min_length=1, max_length=256)]
+    | Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=256)]], Field(min_length=1, max_length=4)
+    ]
+)
 
 
 class ResponseRequest(_Strict):

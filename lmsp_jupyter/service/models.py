@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..engine.catalog import ModelCatalog, ModelEntry
 from ..engine.backend import GenerationBackend
+from ..engine.catalog import ModelCatalog, ModelEntry
 from ..protocol.models import Model, ModelCapability
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
+from ..engine.backend import GenerationBackend
 from ..engine.catalog import ModelEntry
 from ..engine.generation import (
     CancelToken,
@@ -23,7 +24,6 @@ from ..engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from ..engine.backend import GenerationBackend
 from ..engine.templates import THINK_OPEN, ChatTemplateError
 from ..protocol.errors import LmspError
 from ..protocol.events import (
@@ -91,7 +91,10 @@ class ResponseService:
     """Validates requests against models and runs them on the engine."""
 
     def __init__(
-        self, models: ModelDirectory, engine: GenerationBackend, records: ResponseRecords | None = None
+        self,
+        models: ModelDirectory,
+        engine: GenerationBackend,
+        records: ResponseRecords | None = None,
     ) -> None:
         self.models = models
         self.engine = engine
