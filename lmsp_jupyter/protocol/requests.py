@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -122,14 +123,97 @@ class ResponseRequest(_Strict):
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
-    """Decode a request body that must be one JSON object."""
+    """Decode a request body that must be one JSON object, strictly (RFC 8259, I-JSON).
+
+    UTF-8 only; no ``NaN``/``Infinity``, no number too large for a double or over
+    ``MAX_NUMBER_CHARS`` digits, no duplicate key, no lone surrogate, at most
+    ``MAX_JSON_DEPTH`` levels of nesting: anything else is a 400, never a crash further in.
+    """
     try:
-        value = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value = json.loads(
+            body.decode("utf-8"),
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except _NotIJson as exc:
+        raise LmspError("invalid_request", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise LmspError(
+            "invalid_request", f"the body nests deeper than {MAX_JSON_DEPTH} levels"
+        ) from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise LmspError("invalid_request", f"the body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise LmspError("invalid_request", "the body must be a JSON object")
+    _check_tree(value)
     return value
+
+
+#: Nesting a request may have: a schema at its depth limit inside a tool fits with room to spare.
+MAX_JSON_DEPTH = 100
+#: Characters of one JSON number; a longer one is refused before Python converts it.
+MAX_NUMBER_CHARS = 64
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _NotIJson(ValueError):
+    """JSON that Python would accept but that has no single meaning (I-JSON, RFC 7493)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise _NotIJson(f"the key {key!r} appears twice in one object")
+        value[key] = item
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotIJson(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _NotIJson(f"a number has more than {MAX_NUMBER_CHARS} characters")
+    number = float(text)
+    if not math.isfinite(number):
+        raise _NotIJson(f"{text} is out of the range of a double")
+    return number
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _NotIJson(f"a number has more than {MAX_NUMBER_CHARS} characters")
+    return int(text)
+
+
+def _check_tree(value: Any) -> None:
+    """Refuse nesting over ``MAX_JSON_DEPTH`` and strings (keys too) with a lone surrogate."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise LmspError(
+                "invalid_request", f"the body nests deeper than {MAX_JSON_DEPTH} levels"
+            )
+        if isinstance(node, dict):
+            for key, child in node.items():
+                _check_text(key)
+                stack.append((child, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+        elif isinstance(node, str):
+            _check_text(node)
+
+
+def _check_text(text: str) -> None:
+    if _LONE_SURROGATE.search(text):
+        raise LmspError(
+            "invalid_request", "the body is not valid JSON: a string has a lone surrogate"
+        )
 
 
 def validate_request(model: type[M], data: dict[str, Any]) -> M:
@@ -158,6 +242,10 @@ def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
                         param=f"input[{index}].content[{part_index}].type",
                     )
     choice = request.tool_choice
+    if choice == "required" and not request.tools:
+        raise LmspError(
+            "invalid_request", 'tool_choice "required" needs at least one tool', param="tool_choice"
+        )
     if isinstance(choice, NamedToolChoice) and choice.name not in {
         tool.name for tool in request.tools or []
     }:

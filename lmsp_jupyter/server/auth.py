@@ -49,7 +49,8 @@ class ScopedTokens:
             unknown = scopes - JUPYTER_SCOPES
             if unknown:
                 raise ValueError(f"LmspApp.tokens[{number}] has unknown scopes {sorted(unknown)}")
-            owner = f"token:{entry.get('name') or digest[:12]}"
+            # The digest, not the name, tells owners apart: two tokens may share a name.
+            owner = f"token:{digest}"
             self._entries.append((digest, Principal(owner, scopes)))
 
     def find(self, authorization: str | None) -> Principal | None:

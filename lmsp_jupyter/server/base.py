@@ -119,8 +119,16 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         return outcome
 
     def skip_check_origin(self) -> bool:
-        """Jupyter skips the origin check for OPTIONS; LMSP checks preflights too (10)."""
-        return not self.identity_provider.should_check_origin(self)
+        """Jupyter skips the origin check for preflights and token-authenticated requests;
+        LMSP checks every request, whatever its credential (10)."""
+        return False
+
+    def set_cors_headers(self) -> None:
+        """Jupyter's CORS headers, except its echo of any origin to token-authenticated requests:
+        only a configured origin is ever named in ``Access-Control-Allow-Origin`` (10)."""
+        super().set_cors_headers()
+        if not (self.allow_origin or self.allow_origin_pat):
+            self.clear_header("Access-Control-Allow-Origin")
 
     @allow_unauthenticated
     def options(self, *args: Any, **kwargs: Any) -> None:
@@ -165,6 +173,8 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         else:
             error = LmspError("internal_error", "the service failed; see the server log")
         self.set_status(error.status)
+        if error.code != "forbidden_origin":  # ``send_error`` cleared them; a browser reads this
+            self.set_cors_headers()
         for name, value in error.headers.items():
             self.set_header(name, value)
         problem = error.to_problem().model_dump(exclude_none=True)

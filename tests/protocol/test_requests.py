@@ -390,7 +390,15 @@ def test_tool_with_invalid_name_names_the_tool_name() -> None:
 
 @pytest.mark.parametrize("choice", ["auto", "none", "required"])
 def test_tool_choice_strings_are_accepted(choice: str) -> None:
-    assert parse_response_request(request(tool_choice=choice)).tool_choice == choice
+    tools = [{"type": "function", "name": "get_weather"}]
+    assert parse_response_request(request(tools=tools, tool_choice=choice)).tool_choice == choice
+
+
+@pytest.mark.parametrize("tools", [None, []])
+def test_tool_choice_required_without_tools_is_invalid_request_naming_tool_choice(
+    tools: list[object] | None,
+) -> None:
+    assert_invalid(request(tools=tools, tool_choice="required"), "tool_choice")
 
 
 def test_tool_choice_named_function_in_tools_is_accepted() -> None:
