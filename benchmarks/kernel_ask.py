@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,16 +29,21 @@ from typing import Any, cast
 import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
-from stream_overhead import (
+
+if not __package__:  # run as a file: python benchmarks/kernel_ask.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import (
     DEFAULT_PROMPT,
-    CpuMeter,
     RawRunner,
     Sample,
     Settings,
+    measured,
+    median,
     print_context,
+    run_benchmark,
     running_server,
 )
-
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.kernel.display import TASK_MIME
 from lmsp_jupyter.kernel.state import FINAL_STATUSES
@@ -49,7 +52,6 @@ DELTA = "response.output_text.delta"
 DISPLAYS = ("display_data", "update_display_data")
 TIMEOUT_MS = 300_000
 Timed = list[tuple[float, dict[str, Any]]]  # (seconds since the execute request, message)
-mid = statistics.median
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,6 @@ class NotebookRun(Sample):
     deltas: int = 0  # output_text deltas they carried
     displays: int = 0  # display_data and update_display_data, both cells
     input_tokens: int = 0
-
-
-class KernelMeter(CpuMeter):
-    """``CpuMeter`` that counts the kernel's CPU as ours too, not as background load."""
-
-    def __init__(self, server_pid: int, kernel_pid: int) -> None:
-        super().__init__(server_pid)
-        self.kernel = CpuMeter(kernel_pid)
-
-    def _ours(self) -> float:
-        own = os.times()  # counted by both meters
-        return super()._ours() + self.kernel._ours() - own.user - own.system
 
 
 class NotebookSide:
@@ -166,28 +156,44 @@ def print_table(raw: list[Sample], notebook: list[NotebookRun]) -> None:
     for name, samples in sides:
         counts = "/".join(str(n) for n in sorted({s.tokens for s in samples}))
         print(
-            f"{name:<10}{counts:>7}{mid(s.tokens_per_s for s in samples):>11.1f}"
-            f"{mid(s.decode_tokens_per_s for s in samples):>14.1f}"
-            f"{mid(s.ttft_ms for s in samples):>9.1f}"
+            f"{name:<10}{counts:>7}{median(samples, lambda s: s.tokens_per_s):>11.1f}"
+            f"{median(samples, lambda s: s.decode_tokens_per_s):>14.1f}"
+            f"{median(samples, lambda s: s.ttft_ms):>9.1f}"
         )
     print(
-        f"notebook (medians): cell reply {mid(n.reply_s * 1000 for n in notebook):.1f} ms, "
-        f"final state {mid(n.end_s for n in notebook):.2f} s, widget events messages "
-        f"{mid(n.messages for n in notebook):.0f} for {mid(n.deltas for n in notebook):.0f} "
-        f"deltas, display messages {mid(n.displays for n in notebook):.0f}"
+        f"notebook (medians): cell reply {median(notebook, lambda n: n.reply_s * 1000):.1f} ms, "
+        f"final state {median(notebook, lambda n: n.end_s):.2f} s, widget events messages "
+        f"{median(notebook, lambda n: n.messages):.0f} for "
+        f"{median(notebook, lambda n: n.deltas):.0f} deltas, display messages "
+        f"{median(notebook, lambda n: n.displays):.0f}"
     )
     same = {s.text for s in raw} == {s.text for s in notebook}
     print(f"output text: {'the same' if same else 'DIFFERENT'} on both sides")
 
 
-def benchmark(args: argparse.Namespace, scratch: Path) -> None:
+def print_ratios(raws: list[Sample], notebooks: list[NotebookRun]) -> None:
+    """Notebook against raw: tokens/s and TTFT; deltas per widget message; background load."""
+    decode = median(notebooks, lambda n: n.decode_tokens_per_s) / median(
+        raws, lambda r: r.decode_tokens_per_s
+    )
+    e2e = median(notebooks, lambda n: n.tokens_per_s) / median(raws, lambda r: r.tokens_per_s)
+    ttft = median(notebooks, lambda n: n.ttft_ms) - median(raws, lambda r: r.ttft_ms)
+    per_message = sum(n.deltas for n in notebooks) / sum(n.messages for n in notebooks)
+    print(f"\nratio notebook/raw decode tokens/s = {decode:.3f}   (end-to-end: {e2e:.3f})")
+    print(f"TTFT notebook - raw = {ttft:.1f} ms")
+    print(f"deltas per widget events message = {per_message:.1f}")
+    load = median([*raws, *notebooks], lambda s: s.background)
+    print(f"median background load: {load:.1%} of the machine (other processes)")
+
+
+def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     """Start the server and the kernel, alternate the runs, print the results."""
     settings = Settings.service_defaults()
     model_path = ModelCatalog().get(BUNDLED_MODEL_ID).path()
-    print_context(settings, argparse.Namespace(**vars(args), no_prime=True), model_path)
+    print_context(settings, model_path, args.prompt, args.tokens, args.rounds, prime=False)
     raw = RawRunner(model_path, settings, args.prompt)
-    with running_server(scratch / "server.log", app="server") as server:
-        env = {**os.environ, "LMSP_URL": f"{server.base_url}/lmsp/v1", "LMSP_TOKEN": server.token}
+    with running_server(log_path, app="server") as server:
+        env = {**os.environ, "LMSP_URL": server.lmsp_url, "LMSP_TOKEN": server.token}
         manager = KernelManager(
             kernel_name="python3", connection_file=str(scratch / f"kernel-{uuid.uuid4()}.json")
         )
@@ -197,15 +203,15 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> None:
             client.start_channels()
             client.wait_for_ready(timeout=60)
             notebook = NotebookSide(client, args.prompt)
-            meter = KernelMeter(server.pid, manager.provisioner.pid)  # type: ignore[union-attr]
+            ours = (server.pid, manager.provisioner.pid)  # type: ignore[union-attr]
             raw.run(args.tokens)
             notebook.run(args.tokens)
             raws: list[Sample] = []
             notebooks: list[NotebookRun] = []
             print("\nruns (alternating, sequential; decode tok/s, then TTFT):", flush=True)
             for index in range(args.rounds):
-                r = meter.measure(lambda: raw.run(args.tokens))
-                n = cast("NotebookRun", meter.measure(lambda: notebook.run(args.tokens)))
+                r = measured(lambda: raw.run(args.tokens), *ours)
+                n = measured(lambda: notebook.run(args.tokens), *ours)
                 raws.append(r)
                 notebooks.append(n)
                 busy = max(r.background, n.background)
@@ -221,17 +227,7 @@ def benchmark(args: argparse.Namespace, scratch: Path) -> None:
             manager.shutdown_kernel(now=True)
     print(f"\nprompt tokens: raw {len(raw.prompt_tokens)}, notebook {notebooks[0].input_tokens}")
     print_table(raws, notebooks)
-    decode = mid(n.decode_tokens_per_s for n in notebooks) / mid(
-        r.decode_tokens_per_s for r in raws
-    )
-    e2e = mid(n.tokens_per_s for n in notebooks) / mid(r.tokens_per_s for r in raws)
-    ttft = mid(n.ttft_ms for n in notebooks) - mid(r.ttft_ms for r in raws)
-    per_message = sum(n.deltas for n in notebooks) / sum(n.messages for n in notebooks)
-    print(f"\nratio notebook/raw decode tokens/s = {decode:.3f}   (end-to-end: {e2e:.3f})")
-    print(f"TTFT notebook - raw = {ttft:.1f} ms")
-    print(f"deltas per widget events message = {per_message:.1f}")
-    load = mid(s.background for s in [*raws, *notebooks])
-    print(f"median background load: {load:.1%} of the machine (other processes)")
+    print_ratios(raws, notebooks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,15 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds of each side")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            benchmark(args, Path(scratch))
-        except RuntimeError as exc:
-            print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-            log = Path(scratch) / "server.log"
-            print(log.read_text(errors="replace")[-4000:] if log.exists() else "", file=sys.stderr)
-            return 1
-    return 0
+    return run_benchmark(lambda scratch, log_path: benchmark(args, scratch, log_path))
 
 
 if __name__ == "__main__":

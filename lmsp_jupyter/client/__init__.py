@@ -1,13 +1,16 @@
 """A Python client of LMSP 1.0: blocking and asyncio, typed results, resumable task streams.
 
 ``LmspClient()`` finds the service by itself (:func:`discover`): in a kernel started by a Jupyter
-server with the extension, no URL or token is ever needed.
+server with the extension, no URL or token is ever needed. :class:`SseParser` is the incremental
+``text/event-stream`` parser the clients read streams with, for code that reads raw bytes itself
+(the benchmarks do).
 """
 
 from ..protocol.events import ResponseEvent
 from ._client import AsyncLmspClient, LmspClient
 from ._discovery import ServiceLocation, discover
 from ._errors import LmspClientError, ProblemError, ProtocolViolation, ServiceUnreachable
+from ._sse import ServerSentEvent, SseParser
 
 __all__ = [
     "AsyncLmspClient",
@@ -16,7 +19,9 @@ __all__ = [
     "ProblemError",
     "ProtocolViolation",
     "ResponseEvent",
+    "ServerSentEvent",
     "ServiceLocation",
     "ServiceUnreachable",
+    "SseParser",
     "discover",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmsp_jupyter.client._sse import ServerSentEvent, SseParser
+from lmsp_jupyter.client import ServerSentEvent, SseParser
 
 
 def parse(stream: bytes) -> tuple[list[ServerSentEvent], SseParser]:

@@ -1,0 +1,103 @@
+"""The side the service is compared with: the bundled model in this process, llama-cpp-python.
+
+Same settings as the service's defaults (the ``LmspApp`` traits) and the same rendered prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import llama_cpp
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
+from lmsp_jupyter.server.app import LmspApp
+
+from .figures import Sample
+
+DEFAULT_PROMPT = "Write a long story about a lighthouse keeper."
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The service's default model settings, read from the ``LmspApp`` traits."""
+
+    context_size: int
+    threads: int
+    batch_size: int
+
+    @classmethod
+    def service_defaults(cls) -> Settings:
+        """The defaults ``jupyter lmsp`` runs with when given no configuration."""
+        traits = LmspApp.class_traits()
+        return cls(
+            context_size=traits["context_size"].default_value,
+            threads=traits["threads"].default_value,
+            batch_size=traits["batch_size"].default_value,
+        )
+
+
+def render_prompt(text: str) -> str:
+    """The prompt as the service renders one user message for Gemma (its fallback template)."""
+    return f"<bos><start_of_turn>user\n{text.strip()}<end_of_turn>\n<start_of_turn>model\n"
+
+
+class RawRunner:
+    """The bundled model in this process, driven through llama-cpp-python's streaming API."""
+
+    def __init__(self, model_path: Path, settings: Settings, prompt: str) -> None:
+        self.llm = llama_cpp.Llama(
+            model_path=str(model_path),
+            n_ctx=settings.context_size,
+            n_threads=settings.threads,
+            n_threads_batch=settings.threads,
+            n_batch=settings.batch_size,
+            verbose=False,
+        )
+        self.prompt_tokens = self.llm.tokenize(
+            render_prompt(prompt).encode(), add_bos=False, special=True
+        )
+
+    def run(self, max_tokens: int) -> Sample:
+        """Stream one completion, greedy; each chunk carrying a token counts as one token."""
+        # Evaluate the whole prompt, as the service does for every request, rather than reuse
+        # the cached prefix of the previous run.
+        self.llm.reset()  # type: ignore[no-untyped-call]
+        first, last = 0.0, 0.0
+        pieces: list[str] = []
+        start = time.perf_counter()
+        stream = cast(
+            "Iterator[dict[str, Any]]",
+            self.llm.create_completion(
+                prompt=self.prompt_tokens, max_tokens=max_tokens, temperature=0, stream=True
+            ),
+        )
+        for count, chunk in enumerate(stream):  # each chunk but the closing one is a token
+            now = time.perf_counter() - start
+            if chunk["choices"][0]["finish_reason"] is not None:
+                return Sample(count, first, last, now, text="".join(pieces))
+            first = first or now
+            last = now
+            pieces.append(chunk["choices"][0]["text"])
+        raise RuntimeError("llama-cpp-python ended the stream without a closing chunk")
+
+
+def print_context(
+    settings: Settings, model_path: Path, prompt: str, tokens: int, rounds: int, prime: bool
+) -> None:
+    """The machine and settings the numbers belong to."""
+    print(f"cpu_count            : {os.cpu_count()}")
+    print(
+        f"threads (gen/batch)  : {settings.threads}/{settings.threads} "
+        f"(llama-cpp-python's own default: {max((os.cpu_count() or 2) // 2, 1)})"
+    )
+    print(f"n_ctx / n_batch      : {settings.context_size} / {settings.batch_size}")
+    print(f"llama_cpp            : {llama_cpp.__version__}")
+    print(f"model                : {BUNDLED_MODEL_ID} ({model_path.name})")
+    print(f"prompt               : {prompt!r}")
+    print(f"max tokens / rounds  : {tokens} / {rounds} (+1 warm-up each)")
+    print(f"priming              : {'a one-token run before each' if prime else 'off'}")

@@ -1,0 +1,88 @@
+"""Every benchmark runs end to end with tiny sizes: it exits 0 and prints its tables.
+
+The figures of such short runs mean nothing and are not checked; what is checked is that each
+script still measures: its server starts and stops, its table headers appear, and the
+invariants it checks itself hold (no ``FAIL`` line, the same text on both sides).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The header of the per-side table of stream_overhead and kernel_ask.
+SIDES_HEADER = "side tokens tok/s e2e tok/s decode TTFT ms"
+#: name: (tiny arguments, table headers (the words of a whole line), starts of other lines)
+BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
+    "stream_overhead": (
+        "--tokens 4 --rounds 1 --max-background 100",
+        [SIDES_HEADER],
+        [
+            "output text: the same on both sides",
+            "ratio (service/raw) tokens/s = ",
+            "target: ratio >= ",
+            "target: overhead <= ",
+        ],
+    ),
+    "replay": (
+        "--events 30 --replay-runs 1 --followers 4 --rounds 1 --tokens 4 --retries 0",
+        [
+            "followers all ok tokens final s tok/s vs 0 decode fan-out ms others",
+            "followers RSS before peak VmHWM after growth srv CPU s loop CPU s cli CPU s wall s",
+        ],
+        ["stored replay: 30 events", "  events/s   median", "live task (", "followers of the 4-"],
+    ),
+    "kernel_ask": (
+        "--tokens 4 --rounds 1",
+        [SIDES_HEADER],
+        [
+            "output text: the same on both sides",
+            "ratio notebook/raw decode tokens/s = ",
+            "deltas per widget events message = ",
+        ],
+    ),
+}
+
+
+def run(command: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """Run from the repository's root, with Jupyter's directories of its own."""
+    env = {**os.environ}
+    for name in ("config", "data", "runtime"):
+        (home / name).mkdir(exist_ok=True)
+        env[f"JUPYTER_{name.upper()}_DIR"] = str(home / name)
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_benchmark_runs_as_a_file_from_anywhere(name: str, tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.startswith(f"usage: {name}.py ")
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_benchmark_runs_with_tiny_sizes_and_prints_its_tables(name: str, tmp_path: Path) -> None:
+    arguments, headers, starts = BENCHMARKS[name]
+    result = run([sys.executable, "-m", f"benchmarks.{name}", *arguments.split()], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+    words = [line.split() for line in lines]
+    assert [header for header in headers if header.split() not in words] == []
+    assert [s for s in starts if not any(line.startswith(s) for line in lines)] == []
+    assert [line for line in lines if line.lstrip().startswith("FAIL")] == []
