@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +66,7 @@ def start_server(
     *extra: str,
     app: str = "server",
     base_url: str = "/jp/",
-    config: dict[str, object] | None = None,
+    config: Mapping[str, object] | None = None,
 ) -> LiveServer:
     """Start ``jupyter server`` (or ``jupyter lmsp``) and wait until LMSP answers."""
     port, token = free_port(), secrets.token_hex(16)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import httpx
 import pytest
@@ -168,7 +168,7 @@ def async_client(live_server: LiveServer) -> AsyncLmspClient:
 
 
 def test_async_service_and_models(live_server: LiveServer) -> None:
-    async def scenario() -> tuple[list[str], list[str]]:
+    async def scenario() -> tuple[Sequence[str], list[str]]:
         async with async_client(live_server) as client:
             return (await client.service()).capabilities, [m.id for m in await client.models()]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from jupyter_client.blocking import BlockingKernelClient
+from jupyter_client.blocking.client import BlockingKernelClient
 
 from lmsp_jupyter.client import LmspClient, ServiceLocation, discover
 from lmsp_jupyter.server.app import export_location

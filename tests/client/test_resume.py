@@ -79,7 +79,7 @@ def test_following_gives_up_after_its_bounded_reconnections(live_server: LiveSer
             LmspClient(via(proxy, live_server), live_server.token) as client,
         ):
             client.reconnect_attempts = 1
-            received = []
+            received: list[ResponseEvent] = []
             with pytest.raises(ServiceUnreachable, match="gave up after 1 reconnections"):
                 received.extend(client.task_events(task.id))
     assert [event.id for event in received] == [1, 2]
@@ -92,7 +92,7 @@ def test_a_cut_response_stream_is_service_unreachable(live_server: LiveServer) -
         cutting_proxy(live_server, "/responses") as proxy,
         LmspClient(via(proxy, live_server), live_server.token) as client,
     ):
-        received = []
+        received: list[ResponseEvent] = []
         with pytest.raises(ServiceUnreachable, match="before the final event"):
             received.extend(client.stream_response(ask()))
     assert [event.event for event in received] == ["response.created", "response.output_item.added"]

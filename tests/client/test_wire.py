@@ -161,7 +161,7 @@ def test_reconnections_without_progress_are_bounded() -> None:
     recorder = Recorder(events_reply(stream_of(EVENTS[0])), *[events_reply(b"retry: 0\n\n")] * 2)
     with LmspClient(BASE, "t", transport=recorder.transport()) as client:
         client.reconnect_attempts = 2
-        received = []
+        received: list[ResponseEvent] = []
         with pytest.raises(ServiceUnreachable, match="gave up after 2 reconnections in a row"):
             received.extend(client.task_events("task_1"))
     assert received == [EVENTS[0]]
@@ -171,7 +171,7 @@ def test_reconnections_without_progress_are_bounded() -> None:
 def test_a_response_stream_cut_short_is_service_unreachable() -> None:
     recorder = Recorder(events_reply(stream_of(*EVENTS[:2])))
     with LmspClient(BASE, "t", transport=recorder.transport()) as client:
-        received = []
+        received: list[ResponseEvent] = []
         with pytest.raises(ServiceUnreachable, match="before the final event"):
             received.extend(client.stream_response({"model": "m", "input": "x"}))
     assert received == EVENTS[:2]

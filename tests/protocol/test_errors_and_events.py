@@ -100,7 +100,7 @@ def test_error_message_is_its_detail_else_its_code() -> None:
 
 def test_problem_refuses_an_unknown_code() -> None:
     with pytest.raises(ValueError, match="code"):
-        Problem(title="Teapot", status=418, code="teapot")  # type: ignore[arg-type]
+        Problem(title="Teapot", status=418, code="teapot")
 
 
 # --- events ------------------------------------------------------------------------------------

@@ -372,7 +372,7 @@ def test_identical_task_posts_at_once_make_one_task(live_server: LiveServer) -> 
 
 @pytest.mark.parametrize("key", [b"", b"x" * 256, "naïve".encode()])
 def test_malformed_idempotency_key_is_invalid_request(client: httpx.Client, key: bytes) -> None:
-    response = client.post("/responses", json=request(tokens=1), headers={"Idempotency-Key": key})
+    response = client.post("/responses", json=request(tokens=1), headers={b"Idempotency-Key": key})
     problem = assert_problem(response, 400, "invalid_request")
     assert problem["param"] == "Idempotency-Key"
 

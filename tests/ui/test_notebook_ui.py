@@ -75,16 +75,16 @@ def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> 
         return notebook.status(1) in FINAL_STATUSES
 
     notebook.wait_until(final, 240, "a final status")
-    final = notebook.message(1)
+    answer = notebook.message(1)
     assert notebook.status(1) == "incomplete"  # 48 tokens of a story: cut by max_output_tokens
-    growing = [text for text in partial if text != final]
+    growing = [text for text in partial if text != answer]
     assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
     # Each partial state is the start of the final text (its last word may still be growing).
     for text in growing:
         head = normalized(text).rsplit(" ", 1)[0]
-        assert normalized(final).startswith(head), (text, final)
+        assert normalized(answer).startswith(head), (text, answer)
     check_view(notebook, 1)
-    assert normalized(final) == normalized(server_text(lab, notebook.task_id(1)))
+    assert normalized(answer) == normalized(server_text(lab, notebook.task_id(1)))
     notebook.screenshot(f"ask-{mode(lab)}.png")
 
 
