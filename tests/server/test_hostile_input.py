@@ -285,9 +285,9 @@ def test_refused_input_leaves_nothing_behind(hostile: httpx.Client) -> None:
 def test_bad_idempotency_keys_are_invalid_request_naming_the_header(
     live_server: LiveServer, key: str | bytes
 ) -> None:
-    headers: dict[str, str | bytes] = {
-        "Authorization": f"Bearer {live_server.token}",
-        "Idempotency-Key": key,
+    headers = {
+        b"Authorization": f"Bearer {live_server.token}".encode(),
+        b"Idempotency-Key": key if isinstance(key, bytes) else key.encode(),
     }
     response = httpx.post(f"{live_server.lmsp}/responses", json=ask(model="nope"), headers=headers)
     invalid(response, "Idempotency-Key")
