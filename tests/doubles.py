@@ -35,6 +35,15 @@ class ScriptedEngine:
     def is_loaded(self, model_id: str) -> bool:
         return False
 
+    def footprint(self, entry: ModelEntry) -> int:
+        return 0
+
+    async def load(self, entry: ModelEntry) -> None:
+        pass
+
+    async def unload(self, model_id: str) -> None:
+        pass
+
     def thinks(self, entry: ModelEntry) -> bool:
         return False
 

@@ -15,6 +15,7 @@ SPEC_STATUSES = {
     "not_found": 404,
     "method_not_allowed": 405,
     "idempotency_in_progress": 409,
+    "model_busy": 409,
     "event_history_expired": 410,
     "payload_too_large": 413,
     "unsupported_media_type": 415,

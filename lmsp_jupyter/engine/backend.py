@@ -28,6 +28,18 @@ class GenerationBackend(Protocol):
         """Whether the model is ready to generate without loading first."""
         ...
 
+    def footprint(self, entry: ModelEntry) -> int:
+        """Bytes of memory ``entry`` takes once loaded (0 for a model served elsewhere)."""
+        ...
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Load ``entry`` now, so that its first generation does not wait (idempotent)."""
+        ...
+
+    async def unload(self, model_id: str) -> None:
+        """Free what the model holds; called only while nothing runs or waits on it."""
+        ...
+
     async def render(
         self,
         entry: ModelEntry,

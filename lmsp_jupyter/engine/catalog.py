@@ -15,6 +15,7 @@ size and modification time so that rescanning on every request stays cheap.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import importlib
 import json
 import logging
@@ -25,18 +26,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from lmsp_jupyter.engine.gguf import GgufError, GgufMetadata, read_gguf_metadata
+from lmsp_jupyter.engine.memory import kv_bytes_per_token
 from lmsp_jupyter.protocol.errors import LmspError
 
 __all__ = [
     "BUNDLED_MODEL_ID",
     "BUNDLED_PACKAGE",
     "DEFAULT_CONTEXT_LENGTH",
+    "AssemblyProgress",
     "ModelCatalog",
     "ModelEntry",
     "ModelSource",
+    "bundled_progress",
     "default_huggingface_cache_dir",
     "default_ollama_dir",
 ]
@@ -83,6 +87,10 @@ class ModelEntry:
     architecture: str
     chat_template: str | None
     quantization: str | None = None
+    #: Bytes of weights in the GGUF (its tensor data; the file size when unreadable).
+    weights_bytes: int = field(default=0, compare=False, kw_only=True)
+    #: KV cache bytes per token of context and sequence (0 when the header does not say).
+    kv_bytes_per_token: int = field(default=0, compare=False, kw_only=True)
     #: Where the GGUF file is, or how to produce it (the bundled model is assembled on demand).
     location: Path | Callable[[], Path] | None = field(
         default=None, repr=False, compare=False, kw_only=True
@@ -182,6 +190,18 @@ class ModelCatalog:
             self._cache = {k: v for k, v in self._cache.items() if k in used_keys}
         return entries
 
+    def notices(self) -> builtins.list[str]:
+        """Why configured model directories give no model: missing, not a directory, no GGUF."""
+        found: builtins.list[str] = []
+        for directory in self._model_dirs:
+            if not directory.exists():
+                found.append(f"model directory {directory} does not exist")
+            elif not directory.is_dir():
+                found.append(f"model directory {directory} is not a directory")
+            elif next(_scan_directory(directory), None) is None:
+                found.append(f"model directory {directory} holds no .gguf model file")
+        return found
+
     def get(self, model_id: str) -> ModelEntry:
         """The model with this id; raises ``LmspError("model_not_found")`` if there is none."""
         for entry in self.list():
@@ -217,14 +237,17 @@ class ModelCatalog:
         metadata = self._metadata(key, header_files, found.id)
         if metadata is None or metadata.architecture == _PROJECTOR_ARCHITECTURE:
             return None
+        size_bytes = sum(st.st_size for st in stats)
         entry = ModelEntry(
             id=found.id,
             source=found.source,
-            size_bytes=sum(st.st_size for st in stats),
+            size_bytes=size_bytes,
             context_length=metadata.context_length or DEFAULT_CONTEXT_LENGTH,
             architecture=metadata.architecture,
             chat_template=metadata.chat_template,
             quantization=metadata.quantization,
+            weights_bytes=metadata.tensor_bytes or size_bytes,
+            kv_bytes_per_token=kv_bytes_per_token(metadata.architecture, metadata.values),
             location=found.location,
         )
         return entry, (stats[0].st_dev, stats[0].st_ino)
@@ -261,6 +284,11 @@ def _bundled_module() -> ModuleType | None:
         return None
 
 
+def bundled_progress() -> AssemblyProgress | None:
+    """How far the bundled model's assembly has come, while it runs (``None`` otherwise)."""
+    return _assemble_bundled.progress
+
+
 def _scan_bundled() -> Iterator[_Found]:
     module = _bundled_module()
     if module is None:
@@ -274,32 +302,91 @@ def _scan_bundled() -> Iterator[_Found]:
         yield _Found(BUNDLED_MODEL_ID, "bundled", chunks, _assemble_bundled, chained=True)
 
 
+@dataclass(frozen=True)
+class AssemblyProgress:
+    """How far the bundled model's one-time assembly has come."""
+
+    stage: str
+    fraction: float
+
+
 class _BundledFile:
-    """The assembled bundled GGUF file, produced at most once per process."""
+    """The assembled bundled GGUF file, produced at most once per process.
+
+    The chunks are written to a temporary file beside the target, hashed on the way, and
+    renamed into place only when the hash is the package's: an interrupted assembly leaves
+    no half-written model. Progress is logged and readable as :attr:`progress`.
+    """
+
+    _BLOCK = 4 << 20
+    _LOG_EVERY = 0.25
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._path: Path | None = None
+        #: Set while the file is being assembled or verified.
+        self.progress: AssemblyProgress | None = None
 
     def __call__(self) -> Path:
-        """The assembled file, assembling it on the first call."""
+        """The assembled file, assembling it on the first call (others wait for it)."""
         with self._lock:
             if self._path is None:
-                self._path = self._assemble()
+                try:
+                    self._path = self._assemble()
+                finally:
+                    self.progress = None
             return self._path
 
-    @staticmethod
-    def _assemble() -> Path:
+    def _assemble(self) -> Path:
         module = _bundled_module()
         if module is None:
             raise LmspError(
                 "model_not_found", f"model {BUNDLED_MODEL_ID!r} is not available", param="model"
             )
+        chunks = [Path(chunk) for chunk in module.chunk_paths()]
+        target = Path(module.default_output_path())
+        total = sum(chunk.stat().st_size for chunk in chunks)
+        expected: str = module.EXPECTED_SHA256
+        if target.is_file() and target.stat().st_size == total:
+            if self._copy([target], None, "verifying the GGUF file", total) == expected:
+                return target
+            logger.warning("%s is damaged: assembling it again", target)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
         try:
-            return Path(module.assemble())
-        except FileExistsError as exc:  # a partial file left by an interrupted assembly
-            logger.warning("re-assembling the bundled model: %s", exc)
-            return Path(module.assemble(overwrite=True))
+            with partial.open("wb") as out:
+                digest = self._copy(chunks, out, "assembling the GGUF file", total)
+            if digest != expected:
+                raise LmspError("internal_error", "the bundled model's packages are damaged")
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+        logger.info("assembled the bundled model %s (%d MB)", BUNDLED_MODEL_ID, total // 10**6)
+        return target
+
+    def _copy(self, sources: Sequence[Path], out: BinaryIO | None, stage: str, total: int) -> str:
+        """Read ``sources`` in order (writing them to ``out``), reporting progress; the SHA-256."""
+        digest = hashlib.sha256()
+        done, logged = 0, -1.0
+        for source in sources:
+            with source.open("rb") as file:
+                while block := file.read(self._BLOCK):
+                    digest.update(block)
+                    if out is not None:
+                        out.write(block)
+                    done += len(block)
+                    fraction = done / total if total else 1.0
+                    self.progress = AssemblyProgress(stage, fraction)
+                    if fraction - logged >= self._LOG_EVERY or done == total:
+                        logged = fraction
+                        logger.info(
+                            "bundled model %s: %s, %d%% (%d of %d MB)",
+                            BUNDLED_MODEL_ID,
+                            stage,
+                            round(fraction * 100),
+                            done // 10**6,
+                            total // 10**6,
+                        )
+        return digest.hexdigest()
 
 
 _assemble_bundled = _BundledFile()

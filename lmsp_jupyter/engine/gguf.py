@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO, TypeAlias, TypeVar
@@ -37,6 +37,7 @@ GgufSource: TypeAlias = str | os.PathLike[str] | BinaryIO | Sequence[str | os.Pa
 _T = TypeVar("_T")
 
 _READ_CHUNK = 1 << 20
+_DEFAULT_ALIGNMENT = 32
 _MAX_KEY_BYTES = 0xFFFF
 _MAX_ARRAY_NESTING = 8
 
@@ -122,6 +123,8 @@ class GgufMetadata:
     chat_template: str | None
     file_type: int | None
     values: Mapping[str, Scalar] = field(hash=False, repr=False)
+    #: Bytes of tensor data (the weights), or ``None`` when the tensor table cannot be read.
+    tensor_bytes: int | None = None
 
     @property
     def quantization(self) -> str | None:
@@ -277,7 +280,24 @@ def _parse(stream: _Stream) -> GgufMetadata:
         value = _read_value(reader, reader.u32(), key)
         if value is not None:
             values[key] = value
-    return _metadata(version, tensor_count, values)
+    metadata = _metadata(version, tensor_count, values)
+    return replace(metadata, tensor_bytes=_tensor_bytes(reader, stream, tensor_count, values))
+
+
+def _tensor_bytes(
+    reader: _Reader, stream: _Stream, tensor_count: int, values: Mapping[str, Scalar]
+) -> int | None:
+    """The size of the tensor data: from the aligned end of the tensor table to the end."""
+    try:
+        for _ in range(tensor_count):
+            reader.string("a tensor name", _MAX_KEY_BYTES)
+            reader.skip(8 * reader.u32())  # the dimensions
+            reader.skip(4 + 8)  # the type and the offset
+    except GgufError:
+        return None
+    alignment = _typed(values, "general.alignment", int) or _DEFAULT_ALIGNMENT
+    start = -(-reader.offset // alignment) * alignment
+    return max(stream.size - start, 0)
 
 
 def _read_header(reader: _Reader) -> tuple[int, int, int]:

@@ -100,6 +100,10 @@ class LlamaRunner:
         # promised is the one asked for, so that is the one generation keeps to.
         self.context_size = context_size
 
+    def close(self) -> None:
+        """Free the model and its context (their memory goes back to the system)."""
+        self._llm.close()
+
     def generate(
         self,
         prompt: Prompt,

@@ -22,6 +22,7 @@ from .generation import (
     ToolSpec,
 )
 from .llama import LlamaRunner, LlamaTokenizer
+from .memory import footprint
 from .templates import THINK_OPEN, ChatTemplate, fallback_template
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,13 @@ class _ModelWorker:
             )
         return self._runner
 
+    def unload(self) -> None:
+        """Free the weights and the context; runs on the generator thread."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+            log.info("unloaded model %s", self.entry.id)
+
     def shutdown(self) -> None:
         self.generator.shutdown(wait=False, cancel_futures=True)
         self.tokenizer.shutdown(wait=False, cancel_futures=True)
@@ -122,6 +130,23 @@ class Engine:
         """Whether the model's weights are in memory."""
         worker = self._workers.get(model_id)
         return worker is not None and worker.loaded
+
+    def footprint(self, entry: ModelEntry) -> int:
+        """Bytes ``entry`` takes once loaded: its weights and its one sequence's KV cache."""
+        return footprint(
+            entry.weights_bytes, entry.kv_bytes_per_token, self.context_length(entry), 1
+        )
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Load ``entry``'s weights on its worker thread (nothing happens if they are loaded)."""
+        worker = self._worker(entry)
+        await asyncio.get_running_loop().run_in_executor(worker.generator, worker.runner)
+
+    async def unload(self, model_id: str) -> None:
+        """Free the model's weights and context on its worker thread, after its queued jobs."""
+        worker = self._workers.get(model_id)
+        if worker is not None:
+            await asyncio.get_running_loop().run_in_executor(worker.generator, worker.unload)
 
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry``'s template has reasoning between ``<think>`` tags."""

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, model_serializer
 
 Capability = Literal[
     "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
 ]
 ModelCapability = Literal["streaming", "tools", "structured_output", "conversations", "reasoning"]
 Scope = Literal[
-    "models:read", "responses:read", "responses:write", "tasks:read", "tasks:write", "tools:execute"
+    "models:read",
+    "models:write",
+    "responses:read",
+    "responses:write",
+    "tasks:read",
+    "tasks:write",
+    "tools:execute",
 ]
+ModelStatus = Literal["available", "loading", "loaded", "unavailable"]
+#: The key of this service's own additions in ``extensions`` objects (LMSP 1.0 section 9.1).
+EXTENSION_KEY = "x-lmsp-jupyter"
 
 LMSP_VERSION = "1.0"
 
@@ -41,17 +50,63 @@ class ServiceDocument(BaseModel):
     auth: AuthInfo
 
 
+class LoadingProgress(BaseModel):
+    """How far a model that is ``loading`` has come, for people watching it."""
+
+    stage: str = Field(description="What is happening, in words (`assembling the GGUF file`).")
+    fraction: float | None = Field(
+        default=None, ge=0, le=1, description="Done so far, 0 to 1; `null` when unknown."
+    )
+
+
+class ModelExtension(BaseModel):
+    """This service's additions to a model object, under ``extensions["x-lmsp-jupyter"]``."""
+
+    loading: LoadingProgress | None = None
+
+
+class ModelListExtension(BaseModel):
+    """This service's additions to the model list, under ``extensions["x-lmsp-jupyter"]``."""
+
+    notices: list[str] = Field(
+        description="Why configured model places give no model (a directory that does not "
+        "exist or holds no GGUF file)."
+    )
+
+
 class Model(BaseModel):
-    """A model the service can run."""
+    """A model the service can run.
+
+    ``memory_bytes``, ``loaded_at`` and ``expires_at`` are sent only while it is loaded.
+    """
 
     id: str
     object: Literal["model"] = "model"
     owned_by: str = "local"
     context_length: int
     capabilities: list[ModelCapability]
-    status: Literal["available", "loaded"]
+    status: ModelStatus
     format: Literal["gguf"] = "gguf"
     size_bytes: int
+    memory_bytes: int | None = Field(
+        default=None, description="Memory it takes while loaded: weights and KV cache."
+    )
+    loaded_at: int | None = Field(default=None, description="When it was loaded (Unix seconds).")
+    expires_at: int | None = Field(
+        default=None,
+        description="When it will be unloaded if it stays idle (Unix seconds); `null`: never.",
+    )
+    extensions: dict[Literal["x-lmsp-jupyter"], ModelExtension] | None = None
+
+    @model_serializer(mode="wrap")
+    def _memory_fields_only_while_loaded(self, handler: Any) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.status != "loaded":
+            for name in ("memory_bytes", "loaded_at", "expires_at"):
+                data.pop(name, None)
+        if self.extensions is None:
+            data.pop("extensions", None)
+        return data
 
 
 class ModelList(BaseModel):
@@ -59,3 +114,11 @@ class ModelList(BaseModel):
 
     object: Literal["list"] = "list"
     data: list[Model]
+    extensions: dict[Literal["x-lmsp-jupyter"], ModelListExtension] | None = None
+
+    @model_serializer(mode="wrap")
+    def _extensions_only_when_set(self, handler: Any) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.extensions is None:
+            data.pop("extensions", None)
+        return data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 from collections.abc import MutableMapping
@@ -11,7 +12,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Dict, Float, Int, List, Unicode, default
+from traitlets import Dict, Float, Int, List, Type, Unicode, default
 
 from ..client._discovery import TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.catalog import (
@@ -20,6 +21,7 @@ from ..engine.catalog import (
     default_huggingface_cache_dir,
     default_ollama_dir,
 )
+from ..engine.manager import ModelManager
 from ..engine.scheduler import Engine, EngineSettings
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
@@ -30,17 +32,63 @@ from .auth import ScopedTokens
 from .handlers import default_handlers
 
 
+class PathList(List[str]):
+    """A list of paths, as users type them: a JSON list, one path, or the option repeated.
+
+    ``--LmspApp.model_dirs='["~/a", "~/b"]'``, ``--LmspApp.model_dirs=~/a`` (repeated for
+    more) and, in a config file, a list or a single string all work.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(Unicode(), default_value=[], **kwargs)
+
+    def from_string_list(self, s_list: list[str]) -> list[str]:
+        """The paths of the command line's values (each a path or a list of paths)."""
+        return [path for value in s_list for path in _paths(value)]
+
+    def from_string(self, s: str) -> list[str]:
+        """The paths of one command-line value."""
+        return _paths(s)
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        """A single string is a list of one path."""
+        return super().validate(obj, [value] if isinstance(value, str) else value)
+
+
+def _paths(value: str) -> list[str]:
+    """``'["~/a", "~/b"]'`` (JSON or Python) → both paths; anything else is one path."""
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return [value]
+        if isinstance(parsed, list) and all(isinstance(item, str) for item in parsed):
+            return parsed
+    return [value]
+
+
 class LmspApp(ExtensionApp):
     """Serves LMSP 1.0 under ``{base_url}lmsp/v1`` from the GGUF models on this machine."""
 
     name = "lmsp"
+    classes = [*ExtensionApp.classes, ModelManager]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
 
-    model_dirs = List(
-        Unicode(),
-        default_value=[],
-        help="Directories searched (recursively) for .gguf model files.",
+    model_dirs = PathList(
+        help="Directories searched (recursively) for .gguf model files: "
+        """--LmspApp.model_dirs='["~/models", "/data/gguf"]', or one directory per """
+        "--LmspApp.model_dirs=~/models. The log and the side panel say when one does not "
+        "exist or holds no .gguf file.",
+    ).tag(config=True)
+
+    model_manager_class = Type(
+        default_value=ModelManager,
+        klass=ModelManager,
+        help="The class that decides which models stay in memory; configure its traits as "
+        "ModelManager.keep_alive_seconds, ModelManager.max_loaded_models and "
+        "ModelManager.memory_budget_bytes.",
     ).tag(config=True)
 
     ollama_dir = Unicode(
@@ -141,8 +189,11 @@ class LmspApp(ExtensionApp):
                 context_size=self.context_size, threads=self.threads, batch_size=self.batch_size
             )
         )
+        for notice in catalog.notices():
+            self.log.warning("%s", notice)
+        self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
         store = Store(Path(self.store_path).expanduser())
-        models = ModelDirectory(catalog, self.engine, conversations=True)
+        models = ModelDirectory(catalog, self.engine, self.model_manager, conversations=True)
         responses = ResponseService(models, self.engine, ResponseRecords(store))
         self.task_service = TaskService(
             responses,
@@ -200,6 +251,7 @@ class LmspApp(ExtensionApp):
         if hasattr(self, "_purger"):
             self._purger.stop()
             await self.task_service.close()
+            await self.model_manager.close()
             self.engine.close()
 
 

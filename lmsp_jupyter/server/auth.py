@@ -15,7 +15,14 @@ from ..service.responses import OWNER
 
 #: Everything but ``tools:execute``, which this service grants to no one.
 JUPYTER_SCOPES: frozenset[Scope] = frozenset(
-    {"models:read", "responses:read", "responses:write", "tasks:read", "tasks:write"}
+    {
+        "models:read",
+        "models:write",
+        "responses:read",
+        "responses:write",
+        "tasks:read",
+        "tasks:write",
+    }
 )
 _BEARER = re.compile(r"^bearer\s+(\S+)\s*$", re.IGNORECASE)
 

@@ -7,7 +7,7 @@ from jupyter_server.utils import url_path_join
 from .. import __version__
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError
-from ..protocol.models import AuthInfo, ModelList, ServiceDocument, ServiceInfo
+from ..protocol.models import AuthInfo, ServiceDocument, ServiceInfo
 from ..protocol.requests import parse_response_request
 from ..protocol.tasks import Task, TaskList
 from .auth import JUPYTER_SCOPES
@@ -41,7 +41,7 @@ class ModelsHandler(LmspHandler):
     scopes = {"GET": "models:read"}
 
     def get(self) -> None:
-        self.write_model(ModelList(data=self.models.list()))
+        self.write_model(self.models.list())
 
 
 class ModelHandler(LmspHandler):
@@ -51,6 +51,24 @@ class ModelHandler(LmspHandler):
 
     def get(self, model_id: str) -> None:
         self.write_model(self.models.get(model_id))  # Tornado has percent-decoded it
+
+
+class ModelLoadHandler(LmspHandler):
+    """``POST /lmsp/v1/models/{model_id}/load``: load a model now; the model once loaded."""
+
+    scopes = {"POST": "models:write"}
+
+    async def post(self, model_id: str) -> None:
+        self.write_model(await self.models.load(model_id))
+
+
+class ModelUnloadHandler(LmspHandler):
+    """``POST /lmsp/v1/models/{model_id}/unload``: unload an idle model; the model after."""
+
+    scopes = {"POST": "models:write"}
+
+    async def post(self, model_id: str) -> None:
+        self.write_model(await self.models.unload(model_id))
 
 
 class ResponsesHandler(LmspHandler):
@@ -176,6 +194,8 @@ def _integer(value: str, param: str) -> int:
 default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/?", ServiceHandler),
     (r"/lmsp/v1/models/?", ModelsHandler),
+    (r"/lmsp/v1/models/(.+)/load", ModelLoadHandler),
+    (r"/lmsp/v1/models/(.+)/unload", ModelUnloadHandler),
     (r"/lmsp/v1/models/(.+)", ModelHandler),
     (r"/lmsp/v1/responses/?", ResponsesHandler),
     (r"/lmsp/v1/responses/([^/]+)", ResponseHandler),

@@ -38,14 +38,15 @@ _PREFIX = "/lmsp/v1"
 _VERBS = ("get", "head", "post", "put", "patch", "delete")
 
 #: Request bodies are validated as the service reads them; everything it sends is serialized.
-#: ``Task`` is the exception: its wrap serializer (which drops ``queue_position`` unless queued)
-#: hides its fields from a serialization schema, and its validation schema is the same shape.
+#: ``Task``, ``Model`` and ``ModelList`` are the exceptions: their wrap serializers (which drop
+#: fields that do not apply, such as ``queue_position`` unless queued) hide their fields from a
+#: serialization schema, and their validation schemas are the same shape.
 _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (ResponseRequest, "validation"),
     (TaskRequest, "validation"),
     (ServiceDocument, "serialization"),
-    (ModelList, "serialization"),
-    (Model, "serialization"),
+    (ModelList, "validation"),
+    (Model, "validation"),
     (Response, "serialization"),
     (Task, "validation"),
     (TaskList, "validation"),
@@ -326,6 +327,20 @@ _OPERATIONS: dict[tuple[str, str], _Operation] = {
         errors=(404,),
         tags=("models",),
     ),
+    ("post", "/models/{model_id}/load"): _Operation(
+        "loadModel",
+        "Load a model now, unloading idle ones if it does not fit otherwise",
+        {"200": _json(_ref("Model"), "The model, loaded.")},
+        errors=(404, 503),
+        tags=("models",),
+    ),
+    ("post", "/models/{model_id}/unload"): _Operation(
+        "unloadModel",
+        "Unload a model that nothing runs on (a model that is not loaded stays so)",
+        {"200": _json(_ref("Model"), "The model, unloaded.")},
+        errors=(404, 409),
+        tags=("models",),
+    ),
     ("post", "/responses"): _Operation(
         "createResponse",
         "Create a response, synchronously or as server-sent events",
@@ -340,7 +355,7 @@ _OPERATIONS: dict[tuple[str, str], _Operation] = {
                 },
             }
         },
-        errors=_CREATE_ERRORS,
+        errors=(*_CREATE_ERRORS, 503),
         parameters=("Idempotency-Key",),
         body="ResponseRequest",
         tags=("responses",),
@@ -532,8 +547,8 @@ def openapi_document(server_url: str = "/") -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "The Jupyter server's token, or a configured LMSP token with "
-                    "scopes: `models:read`, `responses:read`, `responses:write`, `tasks:read`, "
-                    "`tasks:write` (`tools:execute` is reserved and granted to no one).",
+                    "scopes: `models:read`, `models:write`, `responses:read`, `responses:write`, "
+                    "`tasks:read`, `tasks:write` (`tools:execute` is reserved, granted to no one).",
                 }
             },
         },

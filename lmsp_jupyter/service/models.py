@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 from ..engine.backend import GenerationBackend
-from ..engine.catalog import ModelCatalog, ModelEntry
-from ..protocol.models import Model, ModelCapability
+from ..engine.catalog import ModelCatalog, ModelEntry, bundled_progress
+from ..engine.generation import EngineError
+from ..engine.manager import ModelManager
+from ..protocol.errors import LmspError
+from ..protocol.models import (
+    EXTENSION_KEY,
+    LoadingProgress,
+    Model,
+    ModelCapability,
+    ModelExtension,
+    ModelList,
+    ModelListExtension,
+)
 
 
 class ModelDirectory:
-    """Joins what the catalog finds on disk with what the engine has loaded."""
+    """Joins what the catalog finds on disk with what the manager holds in memory."""
 
     def __init__(
-        self, catalog: ModelCatalog, engine: GenerationBackend, *, conversations: bool = False
+        self,
+        catalog: ModelCatalog,
+        engine: GenerationBackend,
+        manager: ModelManager | None = None,
+        *,
+        conversations: bool = False,
     ) -> None:
         self.catalog = catalog
         self.engine = engine
+        self.manager = ModelManager(engine) if manager is None else manager
         self.conversations = conversations
 
     def entry(self, model_id: str) -> ModelEntry:
@@ -31,19 +48,48 @@ class ModelDirectory:
         return capabilities
 
     def describe(self, entry: ModelEntry) -> Model:
-        """The model object of ``entry``."""
+        """The model object of ``entry``: ``loading`` too while its GGUF file is assembled."""
+        state = self.manager.state(entry.id)
+        assembly = bundled_progress() if entry.source == "bundled" else None
+        extensions = None
+        if assembly is not None:
+            progress = LoadingProgress(stage=assembly.stage, fraction=assembly.fraction)
+            extensions = {EXTENSION_KEY: ModelExtension(loading=progress)}
         return Model(
             id=entry.id,
             context_length=self.engine.context_length(entry),
             capabilities=self.capabilities(entry),
-            status="loaded" if self.engine.is_loaded(entry.id) else "available",
+            status="loading" if assembly is not None else state.status if state else "available",
             size_bytes=entry.size_bytes,
+            memory_bytes=state.memory_bytes if state else None,
+            loaded_at=state.loaded_at if state else None,
+            expires_at=state.expires_at if state else None,
+            extensions=extensions,
         )
 
-    def list(self) -> list[Model]:
-        """Every model found."""
-        return [self.describe(entry) for entry in self.catalog.list()]
+    def list(self) -> ModelList:
+        """Every model found, and why configured directories give none."""
+        notices = self.catalog.notices()
+        return ModelList(
+            data=[self.describe(entry) for entry in self.catalog.list()],
+            extensions={EXTENSION_KEY: ModelListExtension(notices=notices)} if notices else None,
+        )
 
     def get(self, model_id: str) -> Model:
         """One model; unknown → ``model_not_found``."""
         return self.describe(self.entry(model_id))
+
+    async def load(self, model_id: str) -> Model:
+        """Load a model now (``503 overloaded`` if it cannot fit); the model once loaded."""
+        entry = self.entry(model_id)
+        try:
+            await self.manager.load(entry)
+        except EngineError as exc:
+            raise LmspError("generation_failed", str(exc)) from None
+        return self.describe(entry)
+
+    async def unload(self, model_id: str) -> Model:
+        """Unload a model now (``409 model_busy`` while in use); the model afterwards."""
+        entry = self.entry(model_id)
+        await self.manager.unload(entry.id)
+        return self.describe(entry)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from ..protocol.events import (
 )
 from ..protocol.ids import new_id
 from ..protocol.items import InputItem, OutputFunctionCall, OutputItem, as_input_item
-from ..protocol.models import ModelCapability
+from ..protocol.models import EXTENSION_KEY, ModelCapability
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
 from .conversation import chat_messages
@@ -65,6 +66,7 @@ class ResponseRun:
     owner: str
     context: list[InputItem]
     plan: DecodingPlan
+    keep_alive: float | None = None
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
     status: ResponseStatus = "in_progress"
@@ -126,8 +128,16 @@ class ResponseService:
                 f"tokens do not fit the context window of {window} tokens",
                 param="max_output_tokens" if request.max_output_tokens else "input",
             )
+        keep_alive = _keep_alive(request)
+        self.models.manager.check(entry)
         return ResponseRun(
-            request=request, entry=entry, prompt=prompt, owner=owner, context=context, plan=decoding
+            request=request,
+            entry=entry,
+            prompt=prompt,
+            owner=owner,
+            context=context,
+            plan=decoding,
+            keep_alive=keep_alive,
         )
 
     def _previous(self, request: ResponseRequest, owner: str) -> list[InputItem]:
@@ -183,12 +193,29 @@ class ResponseService:
     async def events(self, run: ResponseRun, cancel: CancelToken) -> AsyncIterator[ResponseEvent]:
         """Generate ``run``, yielding its events numbered from 1; exactly one is final.
 
-        With ``store: true`` the response is kept before its final event goes out.
+        With ``store: true`` the response is kept before its final event goes out. The model
+        is loaded, if it must be, before the first event; one that cannot be fails the response.
         """
-        async for event in self._generate(run, cancel):
-            if event.is_final and run.request.store and self.records is not None:
+        loaded = False
+        try:
+            async with self.models.manager.use(run.entry, run.keep_alive):
+                loaded = True
+                async for event in self._generate(run, cancel):
+                    if event.is_final and run.request.store and self.records is not None:
+                        self._keep(run)
+                    yield event
+        except (LmspError, EngineError) as exc:
+            if loaded:
+                raise
+            run.status = "failed"
+            run.error = (
+                exc if isinstance(exc, LmspError) else LmspError("generation_failed", str(exc))
+            )
+            yield ResponseEvent(id=1, data=ResponseCreated(response_id=run.id))
+            if run.request.store and self.records is not None:
                 self._keep(run)
-            yield event
+            failed = ResponseFailed(response_id=run.id, error=run.error.to_problem())
+            yield ResponseEvent(id=2, data=failed)
 
     async def _generate(
         self, run: ResponseRun, cancel: CancelToken
@@ -267,6 +294,22 @@ class ResponseService:
         if run.error is not None:
             raise run.error
         return run.response()
+
+
+def _keep_alive(request: ResponseRequest) -> float | None:
+    """``extensions["x-lmsp-jupyter"]["keep_alive_seconds"]``: how long the model stays loaded
+    once idle after this request (0: unloaded at once, negative: not for being idle)."""
+    own = (request.extensions or {}).get(EXTENSION_KEY)
+    if not isinstance(own, dict) or "keep_alive_seconds" not in own:
+        return None
+    value = own["keep_alive_seconds"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LmspError(
+            "invalid_request",
+            "keep_alive_seconds must be a number of seconds",
+            param=f"extensions.{EXTENSION_KEY}.keep_alive_seconds",
+        )
+    return float(value)
 
 
 def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:

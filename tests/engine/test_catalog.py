@@ -85,6 +85,29 @@ def test_directory_entry_reports_the_gguf_metadata(tmp_path: Path) -> None:
     assert entry.path() == path
 
 
+def test_notices_say_which_configured_directories_give_no_model(tmp_path: Path) -> None:
+    model_file(tmp_path / "models" / "a.gguf")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no model here")
+    (tmp_path / "file.txt").write_text("")
+    catalog = directory_catalog(
+        tmp_path / "models", tmp_path / "missing", tmp_path / "empty", tmp_path / "file.txt"
+    )
+
+    assert ids(catalog) == ["a"]
+    assert catalog.notices() == [
+        f"model directory {tmp_path / 'missing'} does not exist",
+        f"model directory {tmp_path / 'empty'} holds no .gguf model file",
+        f"model directory {tmp_path / 'file.txt'} is not a directory",
+    ]
+
+
+def test_no_notices_when_every_directory_holds_a_model(tmp_path: Path) -> None:
+    model_file(tmp_path / "deep" / "er" / "a.gguf")
+
+    assert directory_catalog(tmp_path).notices() == []
+
+
 def test_missing_context_length_falls_back_to_2048(tmp_path: Path) -> None:
     model_file(tmp_path / "old.gguf", context_length=None)
 
@@ -581,7 +604,7 @@ def no_assembly(bundled: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object, **kwargs: object) -> Path:
         raise AssertionError("the listing assembled the bundled model")
 
-    monkeypatch.setattr(bundled, "assemble", fail)
+    monkeypatch.setattr(catalog_module._BundledFile, "_assemble", fail)
 
 
 @pytest.mark.usefixtures("no_assembly")
@@ -610,6 +633,17 @@ def test_bundled_entry_is_described_from_its_chunks_without_assembling(
     assert entry.size_bytes == sum(p.stat().st_size for p in bundled.chunk_paths())
 
 
+@pytest.mark.usefixtures("no_assembly")
+def test_bundled_entry_knows_its_weights_and_kv_cache_per_token() -> None:
+    entry = ModelCatalog().get(BUNDLED_MODEL_ID)
+
+    # Tensor data: the file less its header (the vocabulary of 262k tokens, about 6.5 MB).
+    assert entry.weights_bytes == 246_587_904
+    assert BUNDLED_SIZE - 7_000_000 < entry.weights_bytes < BUNDLED_SIZE
+    # 18 layers x 1 KV head x (256 key + 256 value) x 2 bytes (f16).
+    assert entry.kv_bytes_per_token == 18 * 1 * (256 + 256) * 2
+
+
 def test_bundled_model_is_left_out_when_the_package_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -622,30 +656,61 @@ def test_bundled_model_is_left_out_when_disabled() -> None:
     assert ModelCatalog(include_bundled=False).list() == []
 
 
-def test_bundled_path_assembles_the_gguf_once_per_process(
-    bundled: ModuleType, monkeypatch: pytest.MonkeyPatch
+def test_bundled_path_assembles_the_gguf_once_for_concurrent_first_calls(
+    bundled: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    real_assemble = bundled.assemble
-    assembled: list[Path] = []
-
-    def counting_assemble(*args: Any, **kwargs: Any) -> Path:
-        path = Path(real_assemble(*args, **kwargs))
-        assembled.append(path)
-        return path
-
-    monkeypatch.setattr(bundled, "assemble", counting_assemble)
-    monkeypatch.setattr(catalog_module, "_assemble_bundled", catalog_module._BundledFile())
+    monkeypatch.setenv("HOME", str(tmp_path))  # the package writes under ~/.cache
+    assembly = catalog_module._BundledFile()
+    monkeypatch.setattr(catalog_module, "_assemble_bundled", assembly)
     entry = ModelCatalog().get(BUNDLED_MODEL_ID)
+    seen: list[catalog_module.AssemblyProgress] = []
+    watching = threading.Event()
 
+    def watch() -> None:
+        while not watching.is_set():
+            if (progress := catalog_module.bundled_progress()) is not None:
+                seen.append(progress)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     paths: list[Path] = []
+    caplog.set_level(logging.INFO, logger=catalog_module.__name__)
     threads = [threading.Thread(target=lambda: paths.append(entry.path())) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    watching.set()
+    watcher.join()
     paths.append(ModelCatalog().get(BUNDLED_MODEL_ID).path())
 
-    assert len(assembled) == 1
-    assert paths == [assembled[0]] * 5
-    assert assembled[0].stat().st_size == BUNDLED_SIZE
-    assert read_gguf_metadata(assembled[0]) == read_gguf_metadata(bundled.chunk_paths())
+    target = tmp_path / ".cache" / BUNDLED_PACKAGE / bundled.MODEL_NAME
+    assert paths == [target] * 5
+    assert [r.getMessage() for r in caplog.records if "assembled" in r.getMessage()] == [
+        f"assembled the bundled model {BUNDLED_MODEL_ID} ({BUNDLED_SIZE // 10**6} MB)"
+    ]
+    assembling = [r.getMessage() for r in caplog.records if "assembling the GGUF" in r.getMessage()]
+    assert assembling[-1].endswith(f"100% ({BUNDLED_SIZE // 10**6} of {BUNDLED_SIZE // 10**6} MB)")
+    assert {p.stage for p in seen} <= {"assembling the GGUF file"}
+    fractions = [p.fraction for p in seen]
+    assert fractions == sorted(fractions) and 0 < fractions[0] <= fractions[-1] <= 1
+    assert catalog_module.bundled_progress() is None
+    assert list(target.parent.iterdir()) == [target]  # no partial file left
+    assert target.stat().st_size == BUNDLED_SIZE
+    assert read_gguf_metadata(target) == read_gguf_metadata(bundled.chunk_paths())
+
+
+def test_a_damaged_bundled_file_is_assembled_again(
+    bundled: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(catalog_module, "_assemble_bundled", catalog_module._BundledFile())
+    target = tmp_path / ".cache" / BUNDLED_PACKAGE / bundled.MODEL_NAME
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"\0" * BUNDLED_SIZE)
+
+    assert ModelCatalog().get(BUNDLED_MODEL_ID).path() == target
+    assert read_gguf_metadata(target) == read_gguf_metadata(bundled.chunk_paths())

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.server.app import LmspApp
 from lmsp_jupyter.server.reference import reference
 
@@ -29,7 +30,15 @@ def test_the_module_prints_the_reference() -> None:
 def test_every_configurable_trait_of_lmspapp_has_a_section_with_its_help() -> None:
     page = reference()
     traits = LmspApp.class_own_traits(config=True)
-    assert page.count("\n## `LmspApp.") == len(traits) == 16
+    assert page.count("\n## `LmspApp.") == len(traits) == 17
     assert "## `LmspApp.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
     assert "- Default: the number of CPU cores (`os.cpu_count()`)" in page
     assert "'sha256': '&lt;hex SHA-256 of the token>'" in page
+
+
+def test_the_model_managers_traits_have_sections_and_the_computed_budget_is_described() -> None:
+    page = reference()
+    traits = ModelManager.class_own_traits(config=True)
+    assert page.count("\n## `ModelManager.") == len(traits) == 3
+    assert "## `ModelManager.keep_alive_seconds`\n\n- Type: `Float`\n- Default: `300.0`\n\n" in page
+    assert "- Default: 50% of the machine's physical RAM\n" in page
