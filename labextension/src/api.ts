@@ -6,13 +6,30 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
+/** What this service adds to a model that is loading: how far it has come. */
+export interface LmspLoadingProgress {
+  stage: string;
+  fraction: number | null;
+}
+
 /** A model the service can run (LMSP 1.0 section 8). */
 export interface LmspModel {
   id: string;
-  status: 'available' | 'loaded';
+  status: 'available' | 'loading' | 'loaded' | 'unavailable';
   size_bytes: number;
   context_length: number;
   capabilities: string[];
+  /** Only while loaded: memory taken, when it was loaded, when it unloads if idle (null: never). */
+  memory_bytes?: number;
+  loaded_at?: number;
+  expires_at?: number | null;
+  extensions?: { 'x-lmsp-jupyter'?: { loading?: LmspLoadingProgress | null } };
+}
+
+/** The models, and why configured model directories give none. */
+export interface LmspModels {
+  models: LmspModel[];
+  notices: string[];
 }
 
 /** Token counts of a finished response. */
@@ -66,8 +83,20 @@ async function request<T>(path: string, init: RequestInit = {}): Promise<T> {
 }
 
 /** `GET lmsp/v1/models`. */
-export async function listModels(): Promise<LmspModel[]> {
-  return (await request<{ data: LmspModel[] }>('/models')).data;
+export async function listModels(): Promise<LmspModels> {
+  const list = await request<{
+    data: LmspModel[];
+    extensions?: { 'x-lmsp-jupyter'?: { notices: string[] } };
+  }>('/models');
+  return { models: list.data, notices: list.extensions?.['x-lmsp-jupyter']?.notices ?? [] };
+}
+
+/** `POST lmsp/v1/models/{id}/load` or `/unload`: the model afterwards. */
+export async function changeModel(modelId: string, change: 'load' | 'unload'): Promise<LmspModel> {
+  return request<LmspModel>(`/models/${encodeURIComponent(modelId)}/${change}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' }
+  });
 }
 
 /** `GET lmsp/v1/tasks`: the Jupyter user's tasks, newest first. */

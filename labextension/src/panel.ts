@@ -1,18 +1,30 @@
 /**
- * The LMSP side panel: the models on this machine and the Jupyter user's recent tasks,
- * with a Cancel button for each task that is still queued or running.
+ * The LMSP side panel: the models on this machine (loading, loaded with their memory and the
+ * time until they are unloaded when idle, a Load or Unload button) and the Jupyter user's
+ * recent tasks, with a Cancel button for each task that is still queued or running.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { LmspModel, LmspTask, Poller, cancelTask, isRunning, listModels, listTasks } from './api';
+import {
+  LmspModel,
+  LmspModels,
+  LmspTask,
+  Poller,
+  cancelTask,
+  changeModel,
+  isRunning,
+  listModels,
+  listTasks
+} from './api';
 import { element } from './render/dom';
 import '../style/panel.css';
 
 const POLL_MS = 2000;
 const RECENT_TASKS = 20;
+const SHOW_LOADING_MS = 250;
 
 /** The panel's tab icon: a chip with a spark. */
 export const lmspIcon = new LabIcon({
@@ -37,6 +49,28 @@ export function formatBytes(bytes: number): string {
   return `${value >= 100 || unit === 0 ? Math.round(value) : value.toFixed(1)} ${units[unit]}`;
 }
 
+/** `4 min 05 s`, `12 s`: a duration the way a countdown shows it. */
+export function formatDuration(seconds: number): string {
+  const whole = Math.max(0, Math.round(seconds));
+  if (whole < 60) {
+    return `${whole} s`;
+  }
+  const minutes = Math.floor(whole / 60);
+  if (minutes < 60) {
+    return `${minutes} min ${String(whole % 60).padStart(2, '0')} s`;
+  }
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
+}
+
+/** When a loaded model goes: `unloads in 4 min 05 s if idle`, or that it stays. */
+export function expiryText(expiresAt: number | null | undefined, nowSeconds: number): string {
+  if (expiresAt === null || expiresAt === undefined) {
+    return 'stays loaded';
+  }
+  const left = expiresAt - nowSeconds;
+  return left > 0 ? `unloads in ${formatDuration(left)} if idle` : 'unloading';
+}
+
 /**
  * Output tokens per second of a finished task. The task's times are whole seconds, so a run
  * that started and ended within the same second only gives a lower bound.
@@ -53,6 +87,7 @@ export function tokensPerSecond(task: LmspTask): string {
 /** The side panel widget; it polls only while it is visible. */
 export class LmspPanel extends Widget {
   private readonly modelList = element('ul', 'lmsp-panel-models');
+  private readonly notices = element('ul', 'lmsp-panel-notices');
   private readonly taskList = element('ul', 'lmsp-panel-tasks');
   private readonly error = element('div', 'lmsp-panel-error');
   private readonly poller = new Poller(() => this.refresh(), POLL_MS);
@@ -75,6 +110,7 @@ export class LmspPanel extends Widget {
       header,
       this.error,
       element('h3', 'lmsp-panel-section', 'Models'),
+      this.notices,
       this.modelList,
       element('h3', 'lmsp-panel-section', 'Tasks'),
       this.taskList
@@ -88,6 +124,7 @@ export class LmspPanel extends Widget {
       this.error.textContent = '';
       this.showModels(models);
       this.showTasks(tasks);
+      this.showCountdowns();
     } catch (reason) {
       this.error.textContent = `Cannot reach the LMSP service: ${(reason as Error).message}`;
     }
@@ -108,15 +145,99 @@ export class LmspPanel extends Widget {
     super.dispose();
   }
 
-  private showModels(models: LmspModel[]): void {
-    const json = JSON.stringify(models);
+  private showModels({ models, notices }: LmspModels): void {
+    const json = JSON.stringify([models, notices]);
     if (json === this.shown.models) {
       return;
     }
     this.shown.models = json;
-    this.modelList.replaceChildren(
-      ...(models.length ? models.map(modelRow) : [element('li', 'lmsp-panel-empty', 'No models')])
+    this.notices.replaceChildren(
+      ...notices.map(notice => element('li', 'lmsp-panel-notice', notice))
     );
+    this.modelList.replaceChildren(
+      ...(models.length
+        ? models.map(model => this.modelRow(model))
+        : [element('li', 'lmsp-panel-empty', 'No models')])
+    );
+  }
+
+  /** The time left of each loaded model moves with the clock, not with the listing. */
+  private showCountdowns(): void {
+    const now = Date.now() / 1000;
+    for (const node of this.modelList.querySelectorAll<HTMLElement>('.lmsp-panel-expiry')) {
+      const expires = node.dataset.expiresAt;
+      node.textContent = expiryText(expires ? Number(expires) : null, now);
+    }
+  }
+
+  private modelRow(model: LmspModel): HTMLLIElement {
+    const row = element('li', 'lmsp-panel-model');
+    row.dataset.modelId = model.id;
+    row.dataset.status = model.status;
+    const line = element('div', 'lmsp-panel-line');
+    line.append(
+      element('span', 'lmsp-panel-model-id', model.id),
+      element('span', `lmsp-panel-badge lmsp-panel-status-${model.status}`, model.status)
+    );
+    if (model.status === 'loaded' || model.status === 'available') {
+      const change = model.status === 'loaded' ? 'unload' : 'load';
+      const button = element(
+        'button',
+        `jp-Button jp-mod-styled jp-mod-minimal lmsp-panel-${change}`,
+        change === 'load' ? 'Load' : 'Unload'
+      );
+      button.title = change === 'load' ? 'Load this model now' : 'Free the memory this model takes';
+      button.addEventListener('click', () => void this.change(model.id, change, button));
+      line.append(button);
+    }
+    row.append(line, element('div', 'lmsp-panel-details', modelDetails(model).join(' · ')));
+    if (model.status === 'loaded') {
+      const memory = element('div', 'lmsp-panel-memory');
+      memory.append(`${formatBytes(model.memory_bytes ?? 0)} in memory · `);
+      const expiry = element('span', 'lmsp-panel-expiry');
+      if (model.expires_at !== null && model.expires_at !== undefined) {
+        expiry.dataset.expiresAt = String(model.expires_at);
+      }
+      expiry.textContent = expiryText(model.expires_at, Date.now() / 1000);
+      memory.append(expiry);
+      row.append(memory);
+    }
+    const loading = model.extensions?.['x-lmsp-jupyter']?.loading;
+    if (model.status === 'loading') {
+      const fraction = loading?.fraction;
+      const text = [loading?.stage ?? 'loading into memory'];
+      if (fraction !== null && fraction !== undefined) {
+        text.push(`${Math.round(fraction * 100)}%`);
+      }
+      row.append(element('div', 'lmsp-panel-loading', text.join(' ')));
+    }
+    return row;
+  }
+
+  private async change(
+    modelId: string,
+    change: 'load' | 'unload',
+    button: HTMLButtonElement
+  ): Promise<void> {
+    button.disabled = true;
+    const done = changeModel(modelId, change);
+    // A load takes seconds: show it loading rather than wait for the next poll.
+    const early = await Promise.race([
+      done.then(() => false),
+      new Promise<boolean>(resolve => window.setTimeout(() => resolve(true), SHOW_LOADING_MS))
+    ]).catch(() => false);
+    if (early) {
+      await this.refresh();
+    }
+    try {
+      await done;
+    } catch (reason) {
+      const verb = change === 'load' ? 'Load' : 'Unload';
+      this.error.textContent = `${verb} failed: ${(reason as Error).message}`;
+      button.disabled = false;
+      return;
+    }
+    await this.refresh();
   }
 
   private showTasks(tasks: LmspTask[]): void {
@@ -174,22 +295,12 @@ export class LmspPanel extends Widget {
   }
 }
 
-function modelRow(model: LmspModel): HTMLLIElement {
-  const row = element('li', 'lmsp-panel-model');
-  row.dataset.modelId = model.id;
-  row.dataset.status = model.status;
-  const line = element('div', 'lmsp-panel-line');
-  line.append(
-    element('span', 'lmsp-panel-model-id', model.id),
-    element('span', `lmsp-panel-badge lmsp-panel-status-${model.status}`, model.status)
-  );
-  const details = [
+function modelDetails(model: LmspModel): string[] {
+  return [
     formatBytes(model.size_bytes),
     `${model.context_length.toLocaleString()} ctx`,
     model.capabilities.join(', ')
   ];
-  row.append(line, element('div', 'lmsp-panel-details', details.join(' · ')));
-  return row;
 }
 
 /** Adds the LMSP panel to the left area. */

@@ -34,7 +34,7 @@ export class LmspStatusItem extends Widget {
   /** Ask the service which model is loaded and whether a task is in progress. */
   async refresh(): Promise<void> {
     try {
-      const [models, running] = await Promise.all([
+      const [{ models }, running] = await Promise.all([
         listModels(),
         listTasks({ status: 'in_progress', limit: 1 })
       ]);

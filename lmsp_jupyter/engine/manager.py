@@ -109,13 +109,16 @@ class ModelManager(LoggingConfigurable):
     # --- what the listing shows -------------------------------------------------------------
 
     def state(self, model_id: str) -> ModelState | None:
-        """The model's state while it is loading or loaded; ``None`` otherwise."""
+        """The model's state while it is in memory (loading, loaded or being unloaded)."""
         resident = self._residents.get(model_id)
-        if resident is None or resident.status == "unloading":
+        if resident is None:
             return None
-        expires = resident.expires_at(self._busy(resident))
+        if resident.status == "unloading":  # still in memory, due now
+            expires: float | None = time.time()
+        else:
+            expires = resident.expires_at(self._busy(resident))
         return ModelState(
-            status=resident.status,
+            status="loading" if resident.status == "loading" else "loaded",
             memory_bytes=resident.memory,
             loaded_at=None if resident.loaded_at is None else int(resident.loaded_at),
             expires_at=None if expires is None else int(expires),
