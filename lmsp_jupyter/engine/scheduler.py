@@ -88,7 +88,6 @@ class _ModelWorker:
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-            log.info("unloaded model %s", self.entry.id)
 
     def shutdown(self) -> None:
         self.generator.shutdown(wait=False, cancel_futures=True)

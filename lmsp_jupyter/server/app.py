@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import logging
 import os
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -175,6 +176,7 @@ class LmspApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         """Build the catalog, engine and services and share them with the handlers."""
+        self._share_log()
         catalog = ModelCatalog(
             model_dirs=[Path(d).expanduser() for d in self.model_dirs],
             ollama_dir=Path(self.ollama_dir).expanduser() if self.ollama_dir else None,
@@ -218,6 +220,15 @@ class LmspApp(ExtensionApp):
         )
         self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
         self._purger.start()
+
+    def _share_log(self) -> None:
+        """The package's own loggers (model assembly, the engine) write to the server's log."""
+        package = logging.getLogger("lmsp_jupyter")
+        if package.level == logging.NOTSET:
+            package.setLevel(logging.INFO)
+        for handler in self.log.handlers:
+            if handler not in package.handlers:
+                package.addHandler(handler)
 
     async def _purge(self) -> None:
         """Retention, off the event loop: SQLite deletes run on a worker thread."""

@@ -57,7 +57,14 @@ def test_service_document_names_version_capabilities_and_scopes(client: httpx.Cl
     ]
     assert document["auth"] == {
         "type": "bearer",
-        "scopes": ["models:read", "responses:read", "responses:write", "tasks:read", "tasks:write"],
+        "scopes": [
+            "models:read",
+            "models:write",
+            "responses:read",
+            "responses:write",
+            "tasks:read",
+            "tasks:write",
+        ],
     }
 
 

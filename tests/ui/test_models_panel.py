@@ -1,0 +1,93 @@
+"""The side panel's models in real JupyterLab: loading, loaded (memory, time left), Unload.
+
+The server has two real models (the bundled GGUF and a copy of it in a configured model
+directory) and a configured directory that does not exist, which the panel mentions.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from tests.conftest import LiveServer, stop_server
+from tests.ui.lab import open_notebook, start_lab, write_notebook
+
+COPY = "gemma-copy"
+KEEP_ALIVE_SECONDS = 600
+
+
+@pytest.fixture(scope="module")
+def missing_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("nothing") / "missing"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, missing_dir: Path) -> Iterator[LiveServer]:
+    """JupyterLab whose LMSP service has a second model and a missing model directory."""
+    models = tmp_path_factory.mktemp("gguf")
+    shutil.copyfile(ModelCatalog().get(BUNDLED_MODEL_ID).path(), models / f"{COPY}.gguf")
+    config = {
+        "LmspApp": {"model_dirs": [str(models), str(missing_dir)], "context_size": 2048},
+        "ModelManager": {"keep_alive_seconds": KEEP_ALIVE_SECONDS},
+    }
+    server = start_lab(tmp_path_factory.mktemp("lab-models"), lab_extension=True, config=config)
+    yield server
+    stop_server(server)
+
+
+def test_the_side_panel_loads_shows_and_unloads_a_model(
+    browser: Browser, lab: LiveServer, missing_dir: Path
+) -> None:
+    name = write_notebook(lab, "models.ipynb", "1 + 1")
+    notebook = open_notebook(browser, lab, name)
+    page = notebook.page
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
+    panel = page.locator("#lmsp-panel")
+    panel.wait_for(state="visible")
+    row = panel.locator(f'.lmsp-panel-model[data-model-id="{COPY}"]')
+    notebook.wait_until(lambda: row.count() == 1, 60, "the copy in the panel")
+
+    assert panel.locator(".lmsp-panel-notice").all_inner_texts() == [
+        f"model directory {missing_dir} does not exist"
+    ]
+    assert row.get_attribute("data-status") == "available"
+    assert row.locator(".lmsp-panel-memory").count() == 0
+    load = row.locator(".lmsp-panel-load")
+    assert load.inner_text() == "Load"
+
+    load.click()
+    notebook.wait_until(
+        lambda: row.get_attribute("data-status") == "loading", 60, "the copy loading"
+    )
+    assert str(row.locator(".lmsp-panel-badge").text_content()) == "loading"
+    assert row.locator(".lmsp-panel-loading").inner_text() == "loading into memory"
+    notebook.wait_until(lambda: row.get_attribute("data-status") == "loaded", 300, "loaded")
+
+    with lab.client() as client:
+        model = client.get(f"/models/{COPY}").json()
+    memory = row.locator(".lmsp-panel-memory").inner_text()
+    match = re.fullmatch(r"(\d+) MB in memory · unloads in (\d+) min (\d\d) s if idle", memory)
+    assert match, memory
+    assert int(match[1]) == round(model["memory_bytes"] / 1e6)
+    assert 0 < int(match[2]) * 60 + int(match[3]) <= KEEP_ALIVE_SECONDS
+    notebook.wait_until(
+        lambda: row.locator(".lmsp-panel-memory").inner_text() != memory, 30, "the countdown"
+    )
+    notebook.screenshot("side-panel-models.png")
+
+    unload = row.locator(".lmsp-panel-unload")
+    assert unload.inner_text() == "Unload"
+    unload.click()
+    notebook.wait_until(
+        lambda: row.get_attribute("data-status") == "available", 60, "the copy unloaded"
+    )
+    assert row.locator(".lmsp-panel-memory").count() == 0
+    assert row.locator(".lmsp-panel-load").count() == 1
+    with lab.client() as client:
+        assert client.get(f"/models/{COPY}").json()["status"] == "available"
