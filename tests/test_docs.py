@@ -50,3 +50,7 @@ def test_readme_curl_examples_work_as_written(curl_env: dict[str, str]) -> None:
     assert task["status"] == "incomplete"
     city = json.loads(json.loads(outputs[4].stdout)["output"][0]["content"][0]["text"])
     assert set(city) == {"city", "country"}
+    loaded, end = decoder.raw_decode(outputs[5].stdout)
+    unloaded, _ = decoder.raw_decode(outputs[5].stdout[end:])
+    assert (loaded["status"], unloaded["status"]) == ("loaded", "available")
+    assert loaded["memory_bytes"] > 0 and "memory_bytes" not in unloaded
