@@ -1,0 +1,86 @@
+"""Memory and load time of models coming and going, with the service's own engine and manager.
+
+Loads the bundled model, then a copy of it under another name (a second model to the catalog
+and to llama.cpp), then unloads both through ``ModelManager``, and prints this process's
+resident set size (RSS) at each step, the manager's estimate, and the load times. It measures
+and does not assert.
+
+    .venv/bin/python benchmarks/model_memory.py                  # context 8192, 3 rounds
+    .venv/bin/python benchmarks/model_memory.py --context 2048 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.manager import ModelManager
+from lmsp_jupyter.engine.memory import resident_bytes
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+
+COPY = "bundled-copy"
+
+
+def mb(size: float) -> str:
+    return f"{size / 1e6:,.0f} MB"
+
+
+async def one_round(manager: ModelManager, catalog: ModelCatalog) -> dict[str, float]:
+    """RSS after each step and the two load times of one round (both models unloaded after)."""
+    first, second = catalog.get(BUNDLED_MODEL_ID), catalog.get(COPY)
+    figures = {"idle": resident_bytes()}
+    started = time.perf_counter()
+    await manager.load(first)
+    figures["load_first_s"] = time.perf_counter() - started
+    figures["one"] = resident_bytes()
+    started = time.perf_counter()
+    await manager.load(second)
+    figures["load_second_s"] = time.perf_counter() - started
+    figures["two"] = resident_bytes()
+    await manager.unload(second.id)
+    figures["after_one_unload"] = resident_bytes()
+    await manager.unload(first.id)
+    figures["after_both_unloads"] = resident_bytes()
+    return figures
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--context", type=int, default=8192, help="context size per model")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        bundled = ModelCatalog().get(BUNDLED_MODEL_ID).path()  # assembled before timing
+        shutil.copyfile(bundled, Path(directory) / f"{COPY}.gguf")
+        catalog = ModelCatalog(model_dirs=[Path(directory)])
+        engine = Engine(EngineSettings(context_size=args.context, threads=args.threads))
+        manager = ModelManager(engine, keep_alive_seconds=-1, memory_budget_bytes=0)
+        try:
+            rounds = [await one_round(manager, catalog) for _ in range(args.rounds)]
+        finally:
+            engine.close()
+    entry = catalog.get(BUNDLED_MODEL_ID)
+    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    print(f"context {args.context}, {args.rounds} rounds, medians; process RSS:")
+    print(f"  no model loaded        {mb(median['idle'])}")
+    print(f"  bundled model loaded   {mb(median['one'])}  (+{mb(median['one'] - median['idle'])})")
+    print(f"  both models loaded     {mb(median['two'])}  (+{mb(median['two'] - median['idle'])})")
+    print(f"  copy unloaded          {mb(median['after_one_unload'])}")
+    print(f"  both unloaded          {mb(median['after_both_unloads'])}")
+    estimate, weights = mb(engine.footprint(entry)), mb(entry.weights_bytes)
+    print(f"  estimate per model     {estimate} (weights {weights})")
+    print(
+        f"load time: bundled {median['load_first_s']:.2f} s, copy {median['load_second_s']:.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
