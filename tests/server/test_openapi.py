@@ -200,6 +200,49 @@ def test_document_parameters_and_responses() -> None:
         assert codes == [code for code, number in SPEC_STATUSES.items() if number == status]
 
 
+def test_model_load_and_unload_are_documented_with_their_scope_and_errors() -> None:
+    document = openapi_document()
+    paths = document["paths"]
+    load = paths["/models/{model_id}/load"]["post"]
+    unload = paths["/models/{model_id}/unload"]["post"]
+    assert load["security"] == unload["security"] == [{"bearer": ["models:write"]}]
+    assert set(load["responses"]) == {"200", "400", "401", "403", "404", "500", "503"}
+    assert set(unload["responses"]) == {"200", "400", "401", "403", "404", "409", "500"}
+    assert "503" in paths["/responses"]["post"]["responses"]
+    conflict = document["components"]["responses"]["Problem409"]["description"]
+    assert "`model_busy`" in conflict
+    model = document["components"]["schemas"]["Model"]
+    assert model["properties"]["status"]["enum"] == [
+        "available",
+        "loading",
+        "loaded",
+        "unavailable",
+    ]
+    assert {"memory_bytes", "loaded_at", "expires_at"} <= set(model["properties"])
+    validator = schema_validator(document, "#/components/schemas/ModelList")
+    validator.validate(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": MODEL,
+                    "object": "model",
+                    "owned_by": "local",
+                    "context_length": 8192,
+                    "capabilities": ["streaming"],
+                    "status": "loaded",
+                    "format": "gguf",
+                    "size_bytes": 1,
+                    "memory_bytes": 2,
+                    "loaded_at": 3,
+                    "expires_at": None,
+                }
+            ],
+            "extensions": {"x-lmsp-jupyter": {"notices": ["model directory /x does not exist"]}},
+        }
+    )
+
+
 def test_problem_table_is_the_spec_table() -> None:
     assert {code: status for code, (status, _) in PROBLEM_TYPES.items()} == SPEC_STATUSES
 
