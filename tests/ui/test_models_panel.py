@@ -79,7 +79,6 @@ def test_the_side_panel_loads_shows_and_unloads_a_model(
     notebook.wait_until(
         lambda: row.locator(".lmsp-panel-memory").inner_text() != memory, 30, "the countdown"
     )
-    notebook.screenshot("side-panel-models.png")
 
     unload = row.locator(".lmsp-panel-unload")
     assert unload.inner_text() == "Unload"
