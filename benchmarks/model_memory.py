@@ -35,7 +35,7 @@ def mb(size: float) -> str:
 async def one_round(manager: ModelManager, catalog: ModelCatalog) -> dict[str, float]:
     """RSS after each step and the two load times of one round (both models unloaded after)."""
     first, second = catalog.get(BUNDLED_MODEL_ID), catalog.get(COPY)
-    figures = {"idle": resident_bytes()}
+    figures: dict[str, float] = {"idle": resident_bytes()}
     started = time.perf_counter()
     await manager.load(first)
     figures["load_first_s"] = time.perf_counter() - started

@@ -37,6 +37,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ],
         ["stored replay: 30 events", "  events/s   median", "live task (", "followers of the 4-"],
     ),
+    "model_memory": (
+        "--context 256 --rounds 1",
+        ["context 256, 1 rounds, medians; process RSS:"],
+        ["  no model loaded", "  both models loaded", "  both unloaded", "load time: bundled "],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],

@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -77,8 +78,13 @@ def client(server: LiveServer) -> Iterator[httpx.Client]:
     with server.client() as http:
         yield http
     with server.client() as http:  # every test starts with nothing loaded
-        for model in (BUNDLED, COPY):
-            until(lambda m=model: http.post(f"/models/{m}/unload").status_code == 200, "unload")
+        for model_id in (BUNDLED, COPY):
+            until(partial(unloaded, http, model_id), "unload")
+
+
+def unloaded(http: httpx.Client, model_id: str) -> bool:
+    """Unload a model; ``False`` while it is in use."""
+    return http.post(f"/models/{model_id}/unload").status_code == 200
 
 
 def until(check: Callable[[], object], what: str, limit: float = 120) -> None:
