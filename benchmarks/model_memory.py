@@ -2,8 +2,7 @@
 
 Loads the bundled model, then a copy of it under another name (a second model to the catalog
 and to llama.cpp), then unloads both through ``ModelManager``, and prints this process's
-resident set size (RSS) at each step, the manager's estimate, and the load times. It measures
-and does not assert.
+resident set size (RSS) at each step, the manager's estimate, and the load times.
 
     .venv/bin/python benchmarks/model_memory.py                  # context 8192, 3 rounds
     .venv/bin/python benchmarks/model_memory.py --context 2048 --rounds 1
@@ -15,11 +14,15 @@ import argparse
 import asyncio
 import os
 import shutil
-import statistics
-import tempfile
+import sys
 import time
+from operator import itemgetter
 from pathlib import Path
 
+if not __package__:  # run as a file: python benchmarks/model_memory.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import median, run_benchmark
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
@@ -29,6 +32,7 @@ COPY = "bundled-copy"
 
 
 def mb(size: float) -> str:
+    """Bytes as MB (10^6 bytes), grouped by thousands."""
     return f"{size / 1e6:,.0f} MB"
 
 
@@ -51,36 +55,39 @@ async def one_round(manager: ModelManager, catalog: ModelCatalog) -> dict[str, f
     return figures
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--context", type=int, default=8192, help="context size per model")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        bundled = ModelCatalog().get(BUNDLED_MODEL_ID).path()  # assembled before timing
-        shutil.copyfile(bundled, Path(directory) / f"{COPY}.gguf")
-        catalog = ModelCatalog(model_dirs=[Path(directory)])
-        engine = Engine(EngineSettings(context_size=args.context, threads=args.threads))
-        manager = ModelManager(engine, keep_alive_seconds=-1, memory_budget_bytes=0)
-        try:
-            rounds = [await one_round(manager, catalog) for _ in range(args.rounds)]
-        finally:
-            engine.close()
+async def benchmark(args: argparse.Namespace, scratch: Path) -> None:
+    """Copy the bundled model into ``scratch``, run the rounds, print the medians."""
+    bundled = ModelCatalog().get(BUNDLED_MODEL_ID).path()  # assembled before timing
+    shutil.copyfile(bundled, scratch / f"{COPY}.gguf")
+    catalog = ModelCatalog(model_dirs=[scratch])
+    engine = Engine(EngineSettings(context_size=args.context, threads=args.threads))
+    manager = ModelManager(engine, keep_alive_seconds=-1, memory_budget_bytes=0)
+    try:
+        rounds = [await one_round(manager, catalog) for _ in range(args.rounds)]
+    finally:
+        engine.close()
     entry = catalog.get(BUNDLED_MODEL_ID)
-    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    mid = {key: median(rounds, itemgetter(key)) for key in rounds[0]}
     print(f"context {args.context}, {args.rounds} rounds, medians; process RSS:")
-    print(f"  no model loaded        {mb(median['idle'])}")
-    print(f"  bundled model loaded   {mb(median['one'])}  (+{mb(median['one'] - median['idle'])})")
-    print(f"  both models loaded     {mb(median['two'])}  (+{mb(median['two'] - median['idle'])})")
-    print(f"  copy unloaded          {mb(median['after_one_unload'])}")
-    print(f"  both unloaded          {mb(median['after_both_unloads'])}")
+    print(f"  no model loaded        {mb(mid['idle'])}")
+    print(f"  bundled model loaded   {mb(mid['one'])}  (+{mb(mid['one'] - mid['idle'])})")
+    print(f"  both models loaded     {mb(mid['two'])}  (+{mb(mid['two'] - mid['idle'])})")
+    print(f"  copy unloaded          {mb(mid['after_one_unload'])}")
+    print(f"  both unloaded          {mb(mid['after_both_unloads'])}")
     estimate, weights = mb(engine.footprint(entry)), mb(entry.weights_bytes)
     print(f"  estimate per model     {estimate} (weights {weights})")
-    print(
-        f"load time: bundled {median['load_first_s']:.2f} s, copy {median['load_second_s']:.2f} s"
-    )
+    print(f"load time: bundled {mid['load_first_s']:.2f} s, copy {mid['load_second_s']:.2f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--context", type=int, default=8192, help="context size per model")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (medians over them)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    return run_benchmark(lambda scratch, _log: asyncio.run(benchmark(args, scratch)))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(main())
