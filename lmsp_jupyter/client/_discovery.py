@@ -15,6 +15,8 @@ from ._wire import default_headers
 #: Set by the server extension once it listens, so that the kernels it starts inherit them.
 URL_VARIABLE = "LMSP_URL"
 TOKEN_VARIABLE = "LMSP_TOKEN"
+#: The Jupyter server's root directory, so a kernel can name its notebook as the server does.
+ROOT_VARIABLE = "LMSP_ROOT_DIR"
 #: How long a running server has to answer before the next one is tried.
 _PROBE_SECONDS = 3.0
 

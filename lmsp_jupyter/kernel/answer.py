@@ -65,9 +65,11 @@ class AnswerView(Protocol):
 class Answer:
     """The handle of one ``%lmsp ask``: its text, output and response, and its controls.
 
-    The first round runs ``request`` as a task. When a round ends with function calls, each is
-    decided by its tool's policy or by the user (:meth:`approve`, :meth:`deny`, widget clicks),
-    and the outputs go back to the model in a new round, until it answers without calls.
+    The first round runs ``request`` as a task; with ``origin`` (the notebook, cell and
+    kernel it came from, see :mod:`.origin`) each round's task carries it and the ask id as
+    metadata. When a round ends with function calls, each is decided by its tool's policy or
+    by the user (:meth:`approve`, :meth:`deny`, widget clicks), and the outputs go back to
+    the model in a new round, until it answers without calls.
     """
 
     def __init__(
@@ -78,11 +80,14 @@ class Answer:
         tools: Mapping[str, Tool] | None = None,
         view: Callable[[Answer], AnswerView] | None = None,
         kernel_id: str | None = None,
+        origin: Mapping[str, str] | None = None,
         max_rounds: int = MAX_ROUNDS,
     ) -> None:
         self.ask_id = f"ask_{secrets.token_hex(12)}"
         self._client = client
         self._request = dict(request)
+        if origin:  # every round's task says where the ask came from, and which ask it is
+            self._request["metadata"] = {**origin, "ask": self.ask_id}
         self._tools = dict(tools or {})
         self._max_rounds = max_rounds
         self._state = AnswerState(ask_id=self.ask_id, kernel_id=kernel_id, model=request["model"])

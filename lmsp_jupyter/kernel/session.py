@@ -18,6 +18,7 @@ from .answer import Answer, AnswerView
 from .connection import TaskClient, current_client
 from .notebook import NotebookView
 from .options import AskOptions
+from .origin import ask_origin
 from .request import ask_request
 from .terminal import TerminalView, run_in_terminal
 
@@ -59,7 +60,8 @@ class KernelSession:
             default_model=self._default_model,
             previous_response_id=previous,
         )
-        answer = self._answer(request, tools)
+        origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
+        answer = self._answer(request, tools, origin)
         _service(answer.start)
         return self._shown(answer)
 
@@ -116,8 +118,20 @@ class KernelSession:
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _answer(self, request: dict[str, Any], tools: dict[str, Any] | None = None) -> Answer:
-        return Answer(self.client, request, tools=tools, view=self._view, kernel_id=self.kernel_id)
+    def _answer(
+        self,
+        request: dict[str, Any],
+        tools: dict[str, Any] | None = None,
+        origin: dict[str, str] | None = None,
+    ) -> Answer:
+        return Answer(
+            self.client,
+            request,
+            tools=tools,
+            view=self._view,
+            kernel_id=self.kernel_id,
+            origin=origin,
+        )
 
     def _view(self, answer: Answer) -> AnswerView:
         return NotebookView(answer) if self.notebook else TerminalView(answer)

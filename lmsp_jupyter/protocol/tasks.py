@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .errors import Problem
+from .requests import Metadata
 from .responses import Response
 
 TaskStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
@@ -36,6 +37,9 @@ class Task(BaseModel):
     last_event_id: int = 0
     result: Response | None = None
     error: Problem | None = None
+    metadata: Metadata = Field(
+        default_factory=dict, description="The request's `metadata`; `{}` when it had none."
+    )
     queue_position: int | None = Field(
         default=None, description="1 = next to run; only while queued."
     )

@@ -15,7 +15,7 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, List, Type, Unicode, default
 
-from ..client._discovery import TOKEN_VARIABLE, URL_VARIABLE
+from ..client._discovery import ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.catalog import (
     BUNDLED_MODEL_ID,
     ModelCatalog,
@@ -271,8 +271,10 @@ def export_location(serverapp: Any, environ: MutableMapping[str, str]) -> None:
 
     Kernels inherit the server's environment, so the client finds the service with no setup.
     Jupyter's identity provider accepts its token as ``Authorization: Bearer``. A server on a
-    UNIX socket exports nothing: no loopback URL reaches it.
+    UNIX socket exports no URL: no loopback URL reaches it. ``LMSP_ROOT_DIR``, the server's
+    root, lets a kernel name its notebook as the contents API does (task metadata).
     """
+    environ[ROOT_VARIABLE] = str(serverapp.root_dir)
     if serverapp.sock:
         return
     ip = serverapp.ip

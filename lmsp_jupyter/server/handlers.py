@@ -15,6 +15,9 @@ from .base import LmspHandler
 from .openapi import OpenApiHandler
 from .sse import EventStream
 
+#: Query arguments ``metadata.KEY=VALUE`` filter a task listing (LMSP 1.0 section 7).
+METADATA_PREFIX = "metadata."
+
 
 class ServiceHandler(LmspHandler):
     """``GET /lmsp/v1``: the service document."""
@@ -129,8 +132,21 @@ class TasksHandler(LmspHandler):
     def get(self) -> None:
         limit = _integer(self.get_argument("limit", "20"), "limit")
         status = self.get_argument("status", None)
-        tasks = self.tasks.list(self.principal.owner, limit, status)
+        tasks = self.tasks.list(self.principal.owner, limit, status, self._metadata_filter())
         self.write_model(TaskList(data=tasks))
+
+    def _metadata_filter(self) -> dict[str, str]:
+        """The ``metadata.KEY=VALUE`` query arguments; a key given twice → ``invalid_request``."""
+        pairs: dict[str, str] = {}
+        for name in self.request.query_arguments:
+            if name.startswith(METADATA_PREFIX):
+                values = self.get_query_arguments(name)
+                if len(values) > 1:
+                    raise LmspError("invalid_request", f"{name} is given twice", param=name)
+                # Tornado decodes argument names as Latin-1, values as UTF-8
+                key = name.removeprefix(METADATA_PREFIX).encode("latin-1").decode(errors="replace")
+                pairs[key] = values[0]
+        return pairs
 
 
 class TaskHandler(LmspHandler):

@@ -157,6 +157,17 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "Only tasks in this status.",
         "schema": {"type": "string", "enum": list(TaskStatus.__args__)},  # type: ignore[attr-defined]
     },
+    "metadata": {
+        # OpenAPI names each query parameter exactly; this one stands for every `metadata.KEY`.
+        "name": "metadata.{key}",
+        "in": "query",
+        "required": False,
+        "description": "`metadata.KEY=VALUE`: only tasks whose `metadata` has KEY equal to VALUE "
+        "(exact match). Give several keys to require all of them; a key given twice, more than "
+        "16 keys, a key of 0 or more than 64 characters or a value over 512 → `400 "
+        "invalid_request`.",
+        "schema": {"type": "string", "maxLength": 512},
+    },
 }
 
 _PATH_PARAMETERS: dict[str, str] = {
@@ -387,7 +398,7 @@ _OPERATIONS: dict[tuple[str, str], _Operation] = {
         "listTasks",
         "List tasks, newest first",
         {"200": _json(_ref("TaskList"), "The tasks.")},
-        parameters=("limit", "status"),
+        parameters=("limit", "status", "metadata"),
         tags=("tasks",),
     ),
     ("get", "/tasks/{task_id}"): _Operation(

@@ -62,6 +62,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (owner, key)
     );
     """,
+    # The request's metadata beside the task, so tasks can be listed by it (LMSP 1.0 section 7).
+    """
+    ALTER TABLE tasks ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
+    UPDATE tasks SET metadata = json_extract(request, '$.metadata')
+        WHERE json_type(request, '$.metadata') = 'object';
+    """,
 ]
 
 
@@ -157,14 +163,23 @@ class TaskRecords:
         self.store = store
 
     def insert(
-        self, *, task_id: str, owner: str, model: str, response_id: str, request: str, at: int
+        self,
+        *,
+        task_id: str,
+        owner: str,
+        model: str,
+        response_id: str,
+        request: str,
+        metadata: dict[str, str],
+        at: int,
     ) -> None:
         """A new queued task."""
         with self.store.transaction() as db:
             db.execute(
-                "INSERT INTO tasks (id, owner, model, status, created_at, response_id, request)"
-                " VALUES (?, ?, ?, 'queued', ?, ?, ?)",
-                (task_id, owner, model, at, response_id, request),
+                "INSERT INTO tasks"
+                " (id, owner, model, status, created_at, response_id, request, metadata)"
+                " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+                (task_id, owner, model, at, response_id, request, dumps(metadata)),
             )
 
     def get(self, task_id: str) -> sqlite3.Row | None:
@@ -174,13 +189,21 @@ class TaskRecords:
         ).fetchone()
         return row
 
-    def newest(self, owner: str, limit: int, status: str | None) -> list[sqlite3.Row]:
-        """An owner's tasks, newest first."""
+    def newest(
+        self, owner: str, limit: int, status: str | None, metadata: dict[str, str]
+    ) -> list[sqlite3.Row]:
+        """An owner's tasks, newest first; with ``metadata``, those having every pair of it."""
         query = "SELECT * FROM tasks WHERE owner = ?"
         args: list[Any] = [owner]
         if status is not None:
             query += " AND status = ?"
             args.append(status)
+        for key, value in metadata.items():
+            query += (
+                " AND EXISTS (SELECT 1 FROM json_each(tasks.metadata)"
+                " WHERE json_each.key = ? AND json_each.value = ? AND json_each.type = 'text')"
+            )
+            args += [key, value]
         query += " ORDER BY created_at DESC, id DESC LIMIT ?"
         return self.store.db.execute(query, (*args, limit)).fetchall()
 

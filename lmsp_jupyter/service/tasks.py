@@ -8,17 +8,20 @@ followers of a finished task read the store.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from pydantic import TypeAdapter, ValidationError
+
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError, Problem
 from ..protocol.events import ResponseCancelled, ResponseEvent, ResponseFailed
 from ..protocol.ids import new_id
-from ..protocol.requests import parse_response_request, validate_request
+from ..protocol.requests import Metadata, parse_response_request, validate_request
 from ..protocol.responses import Response
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .responses import ResponseRun, ResponseService
@@ -27,6 +30,19 @@ from .store import FinalState, StoredEvent, TaskRecords, now
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
+
+_METADATA = TypeAdapter(Metadata)
+
+
+def _metadata_filter(pairs: dict[str, str]) -> dict[str, str]:
+    """A listing's ``metadata.KEY=VALUE`` pairs, held to the rules of metadata itself (11.1)."""
+    try:
+        return _METADATA.validate_python(pairs)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        loc = error["loc"]
+        param = f"metadata.{loc[0]}" if loc else "metadata"
+        raise LmspError("invalid_request", f"{param}: {error['msg']}", param=param) from None
 
 
 class _Channel:
@@ -112,6 +128,7 @@ class TaskService:
             model=run.entry.id,
             response_id=run.id,
             request=request.model_dump_json(by_alias=True, exclude_none=True),
+            metadata=request.metadata or {},
             at=run.created_at,
         )
         self._channels[queued.task_id] = _Channel()
@@ -178,13 +195,20 @@ class TaskService:
         """A task of ``owner``; unknown, purged or another owner's → ``task_not_found``."""
         return self._task(self._row(task_id, owner))
 
-    def list(self, owner: str, limit: int = 20, status: str | None = None) -> list[Task]:
-        """``owner``'s tasks, newest first."""
+    def list(
+        self,
+        owner: str,
+        limit: int = 20,
+        status: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> list[Task]:
+        """``owner``'s tasks, newest first; with ``metadata``, those having every pair of it."""
         if not 1 <= limit <= 100:
             raise LmspError("invalid_request", "limit must be from 1 to 100", param="limit")
         if status is not None and status not in TaskStatus.__args__:  # type: ignore[attr-defined]
             raise LmspError("invalid_request", f"unknown status {status!r}", param="status")
-        return [self._task(row) for row in self.records.newest(owner, limit, status)]
+        wanted = _metadata_filter(metadata or {})
+        return [self._task(row) for row in self.records.newest(owner, limit, status, wanted)]
 
     def _task(self, row: sqlite3.Row) -> Task:
         return Task(
@@ -197,6 +221,7 @@ class TaskService:
             last_event_id=row["last_event_id"],
             result=Response.model_validate_json(row["result"]) if row["result"] else None,
             error=Problem.model_validate_json(row["error"]) if row["error"] else None,
+            metadata=json.loads(row["metadata"]),
             queue_position=self._queue_position(row["id"], row["model"]),
         )
 

@@ -204,6 +204,7 @@ def serverapp(ip: str = "127.0.0.1", **fields: Any) -> SimpleNamespace:
         "sock": "",
         "port": 8888,
         "base_url": "/jp/",
+        "root_dir": "/home/me/work",
         "certfile": "",
         "identity_provider": SimpleNamespace(token="jupyter-token"),
     }
@@ -228,6 +229,7 @@ def test_the_exported_url_is_the_servers_own_address_or_loopback(ip: str, host: 
     assert environ == {
         "LMSP_URL": f"http://{host}:8888/jp/lmsp/v1",
         "LMSP_TOKEN": "jupyter-token",
+        "LMSP_ROOT_DIR": "/home/me/work",
     }
 
 
@@ -240,10 +242,13 @@ def test_a_server_with_tls_exports_an_https_url() -> None:
 def test_a_server_without_a_token_unsets_an_inherited_one() -> None:
     environ = {"LMSP_TOKEN": "from-a-parent"}
     export_location(serverapp(identity_provider=SimpleNamespace(token="")), environ)
-    assert environ == {"LMSP_URL": "http://127.0.0.1:8888/jp/lmsp/v1"}
+    assert environ == {
+        "LMSP_URL": "http://127.0.0.1:8888/jp/lmsp/v1",
+        "LMSP_ROOT_DIR": "/home/me/work",
+    }
 
 
-def test_a_server_on_a_unix_socket_exports_nothing() -> None:
+def test_a_server_on_a_unix_socket_exports_only_its_root() -> None:
     environ = {"LMSP_URL": "http://inherited/lmsp/v1"}
     export_location(serverapp(sock="/tmp/jupyter.sock"), environ)
-    assert environ == {"LMSP_URL": "http://inherited/lmsp/v1"}
+    assert environ == {"LMSP_URL": "http://inherited/lmsp/v1", "LMSP_ROOT_DIR": "/home/me/work"}

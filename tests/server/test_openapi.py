@@ -150,6 +150,7 @@ def test_document_parameters_and_responses() -> None:
     assert parameter_names(paths["/tasks"]["get"]) == {
         "limit": "query",
         "status": "query",
+        "metadata.{key}": "query",
         "LMSP-Version": "header",
     }
     assert parameters["limit"]["schema"] == {

@@ -73,6 +73,7 @@ def test_create_is_202_with_location_and_the_task(
     assert task["status"] in ("queued", "in_progress")
     assert task["result"] is None
     assert task["error"] is None
+    assert task["metadata"] == {}
     assert response.headers["location"] == f"/jp/lmsp/v1/tasks/{task['id']}"
     events(client, task["id"])
 
@@ -260,6 +261,56 @@ def test_bad_list_parameters_are_invalid_request(
     client: httpx.Client, params: dict[str, str], param: str
 ) -> None:
     problem = assert_problem(client.get("/tasks", params=params), 400, "invalid_request")
+    assert problem["param"] == param
+
+
+def test_a_task_keeps_the_metadata_of_its_request(client: httpx.Client) -> None:
+    metadata = {"notebook": "dir/ü.ipynb", "cell": "c-1"}
+    task = start(client, tokens=1, metadata=metadata)
+    assert task["metadata"] == metadata
+    events(client, task["id"])
+    assert client.get(f"/tasks/{task['id']}").json()["metadata"] == metadata
+    listed = client.get("/tasks", params={"limit": 100}).json()["data"]
+    assert [t["metadata"] for t in listed if t["id"] == task["id"]] == [metadata]
+
+
+def test_list_by_metadata_is_exact_and_needs_every_given_key(client: httpx.Client) -> None:
+    notebook = f"filter-{time.monotonic_ns()}.ipynb"
+    first = start(client, tokens=1, metadata={"notebook": notebook, "cell": "a"})
+    second = start(client, tokens=1, metadata={"notebook": notebook, "cell": "b"})
+    other = start(client, tokens=1, metadata={"notebook": notebook + "x", "cell": "a"})
+    for task in (first, second, other):
+        events(client, task["id"])
+
+    def listed(**params: str) -> list[str]:
+        reply = client.get("/tasks", params={"limit": "100", **params})
+        assert reply.status_code == 200, reply.text
+        return [task["id"] for task in reply.json()["data"]]
+
+    assert listed(**{"metadata.notebook": notebook}) == [second["id"], first["id"]]
+    assert listed(**{"metadata.notebook": notebook, "metadata.cell": "a"}) == [first["id"]]
+    assert listed(**{"metadata.notebook": notebook, "metadata.kernel": "k"}) == []
+    assert listed(**{"metadata.notebook": notebook[:-1]}) == []  # no prefix match
+    assert listed(**{"metadata.notebook": notebook, "status": "completed"}) == []
+    assert listed(**{"metadata.notebook": notebook, "status": "incomplete", "limit": "1"}) == [
+        second["id"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ("metadata.=x", "metadata."),
+        ("metadata.cell=a&metadata.cell=b", "metadata.cell"),
+        (f"metadata.{'k' * 65}=x", f"metadata.{'k' * 65}"),
+        (f"metadata.cell={'v' * 513}", "metadata.cell"),
+        ("&".join(f"metadata.k{i}=v" for i in range(17)), "metadata"),
+    ],
+)
+def test_a_bad_metadata_filter_is_invalid_request(
+    client: httpx.Client, query: str, param: str
+) -> None:
+    problem = assert_problem(client.get(f"/tasks?{query}"), 400, "invalid_request")
     assert problem["param"] == param
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
@@ -12,6 +13,17 @@ from lmsp_jupyter.service.store import (
     StoredEvent,
     TaskRecords,
 )
+
+#: A task of no request in particular.
+TASK: dict[str, Any] = {
+    "task_id": "task_1",
+    "owner": "o",
+    "model": "m",
+    "response_id": "resp_1",
+    "request": "{}",
+    "metadata": {},
+    "at": 1,
+}
 
 
 def test_a_new_store_is_at_the_latest_schema_version_in_wal_mode(tmp_path: Path) -> None:
@@ -23,7 +35,7 @@ def test_a_new_store_is_at_the_latest_schema_version_in_wal_mode(tmp_path: Path)
 def test_reopening_keeps_the_data_and_runs_no_migration_twice(tmp_path: Path) -> None:
     path = tmp_path / "lmsp.sqlite3"
     tasks = TaskRecords(Store(path))
-    tasks.insert(task_id="task_1", owner="o", model="m", response_id="resp_1", request="{}", at=1)
+    tasks.insert(**TASK)
     reopened = TaskRecords(Store(path))
     assert reopened.store.schema_version == len(MIGRATIONS)
     row = reopened.get("task_1")
@@ -40,7 +52,7 @@ def test_an_older_file_is_migrated_forward(tmp_path: Path) -> None:
 def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Path) -> None:
     path = tmp_path / "lmsp.sqlite3"
     tasks = TaskRecords(Store(path))
-    tasks.insert(task_id="task_1", owner="o", model="m", response_id="resp_1", request="{}", at=1)
+    tasks.insert(**TASK)
     tasks.append("task_1", StoredEvent(1, "response.created", "{}"))
     other = sqlite3.connect(path)
     assert other.execute("SELECT id, event FROM events").fetchall() == [(1, "response.created")]
@@ -49,7 +61,7 @@ def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Pa
 
 def test_the_final_event_and_the_tasks_end_are_one_write(tmp_path: Path) -> None:
     tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
-    tasks.insert(task_id="task_1", owner="o", model="m", response_id="resp_1", request="{}", at=1)
+    tasks.insert(**TASK)
     final = FinalState(status="completed", result="{}", error=None, at=5)
     tasks.append("task_1", StoredEvent(1, "response.completed", "{}"), final)
     row = tasks.get("task_1")
@@ -59,7 +71,7 @@ def test_the_final_event_and_the_tasks_end_are_one_write(tmp_path: Path) -> None
 
 def test_purge_drops_events_first_then_tasks(tmp_path: Path) -> None:
     tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
-    tasks.insert(task_id="task_1", owner="o", model="m", response_id="resp_1", request="{}", at=1)
+    tasks.insert(**TASK)
     final = FinalState(status="completed", result="{}", error=None, at=10)
     tasks.append("task_1", StoredEvent(1, "response.completed", "{}"), final)
     assert tasks.purge(events_before=11, tasks_before=5) == (1, 0)
@@ -69,3 +81,54 @@ def test_purge_drops_events_first_then_tasks(tmp_path: Path) -> None:
     assert tasks.events_after("task_1", 0) == []
     assert tasks.purge(events_before=11, tasks_before=11) == (0, 1)
     assert tasks.get("task_1") is None
+
+
+def test_a_version_1_file_gets_the_metadata_of_its_tasks_requests(tmp_path: Path) -> None:
+    path = tmp_path / "lmsp.sqlite3"
+    old = sqlite3.connect(path)
+    for statement in MIGRATIONS[0].split(";"):
+        old.execute(statement)
+    old.execute("PRAGMA user_version = 1")
+    insert = (
+        "INSERT INTO tasks (id, owner, model, status, created_at, response_id, request)"
+        " VALUES (?, 'o', 'm', 'completed', 1, 'resp_1', ?)"
+    )
+    old.execute(insert, ("task_1", '{"model":"m","metadata":{"cell":"c1"}}'))
+    old.execute(insert, ("task_2", '{"model":"m"}'))
+    old.commit()
+    old.close()
+    tasks = TaskRecords(Store(path))
+    assert tasks.store.schema_version == len(MIGRATIONS)
+    rows = [tasks.get(task_id) for task_id in ("task_1", "task_2")]
+    assert [row["metadata"] for row in rows if row] == ['{"cell":"c1"}', "{}"]
+
+
+def test_newest_keeps_the_tasks_having_every_given_pair(tmp_path: Path) -> None:
+    tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
+    given = {
+        "task_1": {"notebook": "a.ipynb", "cell": "c1"},
+        "task_2": {"notebook": "a.ipynb", "cell": "c2"},
+        "task_3": {"notebook": "b.ipynb", "cell": "c1"},
+        "task_4": {},
+    }
+    for at, (task_id, metadata) in enumerate(given.items()):
+        tasks.insert(
+            task_id=task_id,
+            owner="o",
+            model="m",
+            response_id=f"resp_{at}",
+            request="{}",
+            metadata=metadata,
+            at=at,
+        )
+
+    def ids(metadata: dict[str, str], owner: str = "o") -> list[str]:
+        return [row["id"] for row in tasks.newest(owner, 10, None, metadata)]
+
+    assert ids({}) == ["task_4", "task_3", "task_2", "task_1"]
+    assert ids({"notebook": "a.ipynb"}) == ["task_2", "task_1"]
+    assert ids({"notebook": "a.ipynb", "cell": "c1"}) == ["task_1"]
+    assert ids({"cell": "c1"}) == ["task_3", "task_1"]
+    assert ids({"notebook": "A.ipynb"}) == []  # exact, case included
+    assert ids({"notebook": "a.ipynb", "kernel": "k"}) == []  # every given key must match
+    assert ids({"notebook": "a.ipynb"}, owner="other") == []
