@@ -6,6 +6,8 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { Problem, Response } from './render';
+
 /** What this service adds to a model that is loading: how far it has come. */
 export interface LmspLoadingProgress {
   stage: string;
@@ -32,13 +34,6 @@ export interface LmspModels {
   notices: string[];
 }
 
-/** Token counts of a finished response. */
-export interface LmspUsage {
-  input_tokens: number;
-  output_tokens: number;
-  total_tokens: number;
-}
-
 /** The parts of a task (LMSP 1.0 section 7) the panel and the status bar show. */
 export interface LmspTask {
   id: string;
@@ -47,7 +42,10 @@ export interface LmspTask {
   started_at: number | null;
   completed_at: number | null;
   queue_position?: number;
-  result: { model: string; usage?: LmspUsage | null } | null;
+  result: Response | null;
+  error?: Problem | null;
+  /** The request's metadata: where a kernel's ask came from (notebook, cell, kernel, ask). */
+  metadata?: Record<string, string>;
 }
 
 /** A task that has not reached a final status yet. */
@@ -99,9 +97,9 @@ export async function changeModel(modelId: string, change: 'load' | 'unload'): P
   });
 }
 
-/** `GET lmsp/v1/tasks`: the Jupyter user's tasks, newest first. */
+/** `GET lmsp/v1/tasks`: the Jupyter user's tasks, newest first; `metadata` must all match. */
 export async function listTasks(
-  query: { limit?: number; status?: LmspTask['status'] } = {}
+  query: { limit?: number; status?: LmspTask['status']; metadata?: Record<string, string> } = {}
 ): Promise<LmspTask[]> {
   const params = new URLSearchParams();
   if (query.limit !== undefined) {
@@ -109,6 +107,9 @@ export async function listTasks(
   }
   if (query.status !== undefined) {
     params.set('status', query.status);
+  }
+  for (const [key, value] of Object.entries(query.metadata ?? {})) {
+    params.set(`metadata.${key}`, value);
   }
   const search = params.toString();
   return (await request<{ data: LmspTask[] }>(`/tasks${search ? `?${search}` : ''}`)).data;

@@ -6,6 +6,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 
 import { KernelMessenger } from './kernel';
 import { taskRendererFactory } from './mime';
+import { restorePlugin } from './notebooks';
 import { panelPlugin } from './panel';
 import { statusPlugin } from './status';
 
@@ -21,6 +22,11 @@ export const mimePlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-const plugins: JupyterFrontEndPlugin<any>[] = [mimePlugin, panelPlugin, statusPlugin];
+const plugins: JupyterFrontEndPlugin<any>[] = [
+  mimePlugin,
+  restorePlugin,
+  panelPlugin,
+  statusPlugin
+];
 
 export default plugins;

@@ -17,6 +17,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from lmsp_jupyter.kernel.display import TASK_MIME, WIDGET_MIME
+from lmsp_jupyter.kernel.origin import source_hash
 from tests.conftest import LiveServer
 
 FINAL = ("completed", "incomplete")
@@ -202,6 +203,35 @@ def g(city: str) -> str:
     assert (call["decision"], call["output"]) == ("approved", "rainy")
 
 
+def test_an_ask_from_a_notebook_cell_records_where_it_came_from(
+    kernel: Kernel, live_server: LiveServer
+) -> None:
+    # as jupyter-server starts a notebook's kernel: the session's path under its root
+    kernel.run(
+        "import os; os.environ.update(JPY_SESSION_NAME='/srv/root/dir/x.ipynb',"
+        " LMSP_ROOT_DIR='/srv/root')"
+    )
+    code = "f = %lmsp ask --max-tokens 2 --temperature 0 Hello"
+    # as JupyterLab runs a cell: its id in the execute request's metadata
+    content = {"code": code, "silent": False, "store_history": True}
+    request = kernel.client.session.msg("execute_request", content, metadata={"cellId": "c-42"})
+    kernel.client.shell_channel.send(request)
+    kernel.client.get_shell_msg(timeout=60)
+    printed, _ = kernel.run(
+        "f.wait(120); print(f.task_id, f.ask_id); del os.environ['JPY_SESSION_NAME']"
+    )
+    task_id, ask_id = printed.split()
+    with live_server.client() as client:
+        task = client.get(f"/tasks/{task_id}").json()
+    assert task["metadata"] == {
+        "notebook": "dir/x.ipynb",
+        "cell": "c-42",
+        "source_hash": source_hash(code),
+        "kernel": kernel.kernel_id,
+        "ask": ask_id,
+    }
+
+
 def test_continue_carries_the_previous_answer(kernel: Kernel) -> None:
     kernel.run("c = %lmsp ask --max-tokens 6 --temperature 0 Paris is in")
     kernel.run("c.wait(120)")
@@ -227,7 +257,7 @@ def test_terminal_ipython_prints_the_text_as_it_comes(
     script.write_text(
         "%load_ext lmsp_jupyter\n"
         "a = %lmsp ask --max-tokens 8 --temperature 0 The capital of France is\n"
-        "import json; print('TEXT', a.status, json.dumps(a.text))\n"
+        "import json; print('TEXT', a.task_id, a.status, json.dumps(a.text))\n"
     )
     ipython = Path(sys.executable).with_name("ipython")
     result = subprocess.run(
@@ -239,7 +269,9 @@ def test_terminal_ipython_prints_the_text_as_it_comes(
         check=True,
     )
     streamed, _, last = result.stdout.rpartition("TEXT ")
-    status, text = last.strip().split(" ", 1)
+    task_id, status, text = last.strip().split(" ", 2)
     ending = "" if status == "completed" else f"[{status}]\n"
     assert json.loads(text)
     assert streamed == f"{json.loads(text)}\n{ending}"
+    with live_server.client() as client:  # plain IPython records no origin
+        assert client.get(f"/tasks/{task_id}").json()["metadata"] == {}

@@ -37,6 +37,8 @@ def start_lab(
     """``jupyter lab`` on a loopback port with a clean workspace and settings.
 
     ``config`` is the server's ``jupyter_server_config.json`` (e.g. ``{"LmspApp": {...}}``).
+    The lab extension is the one built in the package under test (``lmsp_jupyter/labextension``
+    beside these tests), found ahead of any copy an install put in the environment.
     """
     if not lab_extension:
         labconfig = tmp / "config" / "labconfig"
@@ -47,8 +49,14 @@ def start_lab(
     notification = tmp / "settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True, exist_ok=True)
     (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    labextensions = tmp / "labextensions"
+    labextensions.mkdir(exist_ok=True)
+    built = ROOT / "lmsp_jupyter" / "labextension"
+    assert (built / "package.json").exists(), f"the lab extension is not built: {built}"
+    (labextensions / "lmsp-jupyter").symlink_to(built, target_is_directory=True)
     return start_server(
         tmp,
+        f"--LabApp.extra_labextensions_path={labextensions}",
         f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         f"--LabApp.user_settings_dir={tmp / 'settings'}",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",

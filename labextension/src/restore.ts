@@ -1,0 +1,156 @@
+/**
+ * Which answers go back into a notebook that opens without them (a reload before saving, a
+ * new tab, another browser): the plan, from the notebook's tasks and cells, with no DOM.
+ *
+ * A kernel records in each ask's tasks where it came from (task `metadata`: `notebook`,
+ * `cell`, `source_hash`, `kernel`, `ask`). Per cell only the newest ask counts, and it is
+ * restored only into a cell that still has the source it ran, that was not cleared on
+ * purpose, and whose outputs are nothing or older answers of that same cell.
+ */
+import type { LmspTask } from './api';
+import type { AnswerState, AnswerStatus, Response } from './render';
+
+/** What the plan needs to know of one output of a cell. */
+export interface OutputSummary {
+  /** The ask an LMSP answer output shows; null for any other output. */
+  askId: string | null;
+}
+
+/** What the plan needs to know of one code cell. */
+export interface CellSummary {
+  id: string;
+  source: string;
+  outputs: OutputSummary[];
+  /** The ask whose answer was cleared from this cell on purpose, as saved in its metadata. */
+  dismissed: string | null;
+}
+
+/** One answer to put back: the cell, and the output's state and text. */
+export interface Restoration {
+  cellId: string;
+  state: AnswerState;
+  text: string;
+}
+
+const FNV_OFFSET = 0xcbf29ce484222325n;
+const FNV_PRIME = 0x100000001b3n;
+const MASK = 0xffffffffffffffffn;
+
+/** FNV-1a (64 bit) of the UTF-8 source as 16 hex digits: the kernel records the same. */
+export function sourceHash(source: string): string {
+  let hash = FNV_OFFSET;
+  for (const byte of new TextEncoder().encode(source)) {
+    hash = ((hash ^ BigInt(byte)) * FNV_PRIME) & MASK;
+  }
+  return hash.toString(16).padStart(16, '0');
+}
+
+/** The text of a response's messages. */
+function messageText(response: Response): string {
+  return response.output
+    .flatMap(item => (item.type === 'message' ? item.content.map(part => part.text) : []))
+    .join('');
+}
+
+/** The ask a task belongs to: its `ask` metadata, else the task alone. */
+function askOf(task: LmspTask): string {
+  return task.metadata?.ask ?? task.id;
+}
+
+/** The answers to restore. `tasks` are the notebook's tasks, newest first (the listing). */
+export function planRestorations(
+  tasks: readonly LmspTask[],
+  cells: readonly CellSummary[],
+  dismissed: ReadonlySet<string>
+): Restoration[] {
+  const byCell = new Map<string, LmspTask[]>();
+  for (const task of tasks) {
+    const cell = task.metadata?.cell;
+    if (cell) {
+      byCell.set(cell, [...(byCell.get(cell) ?? []), task]);
+    }
+  }
+  const plan: Restoration[] = [];
+  for (const cell of cells) {
+    const cellTasks = byCell.get(cell.id);
+    if (!cellTasks) {
+      continue;
+    }
+    const newest = askOf(cellTasks[0]);
+    const rounds = cellTasks.filter(task => askOf(task) === newest).reverse();
+    const olderAsks = new Set(cellTasks.map(askOf).filter(ask => ask !== newest));
+    const replaceable = cell.outputs.every(
+      output => output.askId !== null && olderAsks.has(output.askId)
+    );
+    if (
+      rounds[0].metadata?.source_hash === sourceHash(cell.source) &&
+      !dismissed.has(newest) &&
+      cell.dismissed !== newest &&
+      replaceable
+    ) {
+      plan.push(restoration(cell.id, newest, rounds));
+    }
+  }
+  return plan;
+}
+
+/** The output of an ask from its tasks (oldest first): live if the last one still runs. */
+function restoration(cellId: string, askId: string, rounds: LmspTask[]): Restoration {
+  const last = rounds[rounds.length - 1];
+  const result = last.result;
+  const running = last.status === 'queued' || last.status === 'in_progress';
+  const status: AnswerStatus = running ? 'in_progress' : (result?.status ?? last.status);
+  const state: AnswerState = {
+    version: 1,
+    ask_id: askId,
+    kernel_id: last.metadata?.kernel ?? null,
+    model: rounds.find(task => task.result)?.result?.model ?? '',
+    status,
+    rounds: rounds.map(task => ({ task_id: task.id, response: task.result ?? null })),
+    tool_calls: {},
+    error: running ? null : (last.error ?? null)
+  };
+  const text = [result ? messageText(result) : '', `[${status}] ${last.id}`]
+    .filter(Boolean)
+    .join('\n');
+  return { cellId, state, text };
+}
+
+/** Asks cleared from a cell on purpose in this browser, kept for as long as tasks are. */
+export class DismissedAsks {
+  static readonly KEY = 'lmsp-jupyter:dismissed-asks';
+  static readonly KEEP_SECONDS = 2 * 24 * 3600;
+
+  constructor(
+    private readonly _storage: Pick<Storage, 'getItem' | 'setItem'> | null,
+    private readonly _now: () => number = () => Date.now() / 1000
+  ) {}
+
+  /** The dismissed ask ids. */
+  all(): Set<string> {
+    return new Set(Object.keys(this._read()));
+  }
+
+  /** Remember that `askId`'s answer was cleared; forget entries older than tasks live. */
+  add(askId: string): void {
+    const now = this._now();
+    const kept = Object.entries(this._read()).filter(
+      ([, at]) => now - at < DismissedAsks.KEEP_SECONDS
+    );
+    const entries = Object.fromEntries([...kept, [askId, now]]);
+    try {
+      this._storage?.setItem(DismissedAsks.KEY, JSON.stringify(entries));
+    } catch {
+      // Storage full or refused: the cell's metadata still says it, once saved.
+    }
+  }
+
+  private _read(): Record<string, number> {
+    try {
+      const value = JSON.parse(this._storage?.getItem(DismissedAsks.KEY) ?? '{}');
+      return typeof value === 'object' && value !== null ? value : {};
+    } catch {
+      return {};
+    }
+  }
+}

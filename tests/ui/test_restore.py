@@ -1,0 +1,215 @@
+"""An answer is never lost from its cell: reopened without saving, the notebook gets it back.
+
+Nothing here saves before a reload. The kernel records in each ask's task where it came from
+(notebook, cell, source, kernel, ask); when a notebook opens, the lab extension lists that
+notebook's tasks and puts the newest answer of each cell back where it is missing: live while
+its task runs, final after. Cleared answers stay cleared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from playwright.sync_api import Browser
+
+from tests.conftest import LiveServer, stop_server
+from tests.ui.lab import (
+    FINAL_STATUSES,
+    LOAD,
+    STORY,
+    Notebook,
+    jupyter_api,
+    message_text,
+    normalized,
+    open_notebook,
+    running_kernels,
+    saved_answer,
+    server_task,
+    start_lab,
+    write_notebook,
+)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """JupyterLab with the LMSP lab extension."""
+    server = start_lab(tmp_path_factory.mktemp("lab-restore"), lab_extension=True)
+    yield server
+    stop_server(server)
+
+
+def opened(browser: Browser, lab: LiveServer, name: str) -> Notebook:
+    """The notebook open in a new browser context; leaving it unsaved is accepted."""
+    notebook = open_notebook(browser, lab, name)
+    notebook.page.on("dialog", lambda dialog: dialog.accept())  # "leave with unsaved changes?"
+    return notebook
+
+
+def reload_unsaved(notebook: Notebook) -> None:
+    """Reload the page (F5) without saving, and wait until the extension has looked for tasks."""
+    notebook.page.reload()
+    wait_restored(notebook)
+
+
+def wait_restored(notebook: Notebook) -> int:
+    """Wait for the extension's look-up of the notebook's tasks; how many answers came back."""
+    panel = notebook.page.locator(".jp-NotebookPanel[data-lmsp-restored]")
+    notebook.wait_until(lambda: panel.count() > 0, 120, "the look-up of the notebook's tasks")
+    restored = str(panel.first.get_attribute("data-lmsp-restored"))
+    assert restored.isdigit(), restored
+    return int(restored)
+
+
+def cell_ids(lab: LiveServer, name: str) -> list[str]:
+    """The ids of the notebook's cells, as written on disk."""
+    notebook = nbformat.read(Path(lab.root_dir) / name, as_version=4)
+    return [cell["id"] for cell in notebook.cells]
+
+
+def server_text(lab: LiveServer, task: str) -> str:
+    return message_text(server_task(lab, task)["result"])
+
+
+def dirty(notebook: Notebook) -> bool:
+    return notebook.page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() > 0
+
+
+def notebook_tasks(lab: LiveServer, name: str) -> list[dict[str, Any]]:
+    with lab.client() as client:
+        reply = client.get("/tasks", params={"metadata.notebook": name, "limit": 100})
+        assert reply.status_code == 200, reply.text
+        tasks: list[dict[str, Any]] = reply.json()["data"]
+        return tasks
+
+
+def test_a_reload_mid_stream_without_saving_brings_the_answer_back_live(
+    browser: Browser, lab: LiveServer
+) -> None:
+    name = write_notebook(lab, "unsaved-reload.ipynb", LOAD, STORY.format(n=600))
+    notebook = opened(browser, lab, name)
+    notebook.run(0)
+    notebook.run(1)
+    notebook.wait_text(1)
+    task = notebook.task_id(1)
+    (kernel,) = running_kernels(lab)
+    (listed,) = notebook_tasks(lab, name)
+    assert listed["id"] == task
+    metadata = listed["metadata"]
+    assert set(metadata) == {"notebook", "cell", "source_hash", "kernel", "ask"}
+    assert (metadata["notebook"], metadata["cell"], metadata["kernel"]) == (
+        name,
+        cell_ids(lab, name)[1],
+        kernel,
+    )
+    assert metadata["ask"].startswith("ask_")
+    assert not saved_outputs(lab, name)  # the file on disk never had the answer
+
+    reload_unsaved(notebook)
+    answer = notebook.answer(1)
+    notebook.wait_until(lambda: answer.count() > 0, 30, "the answer back in its cell")
+    assert notebook.task_id(1) == task
+    seen: list[str] = []
+
+    def growing() -> bool:
+        text = notebook.message(1)
+        if notebook.status(1) == "in_progress" and (not seen or len(text) > len(seen[-1])):
+            seen.append(text)
+        return len(seen) >= 3 or notebook.status(1) in FINAL_STATUSES
+
+    notebook.wait_until(growing, 240, "the restored answer to stream")
+    assert len(seen) >= 3, f"the restored answer was not seen streaming: {seen}"
+    status = notebook.wait_final(1, timeout=300)
+    assert status == server_task(lab, task)["status"]
+    final = normalized(notebook.message(1))
+    for text in seen:
+        assert final.startswith(normalized(text)[:-1])
+    # the server's text exactly: nothing replayed twice, nothing missing, one answer only
+    assert final == normalized(server_text(lab, task))
+    assert notebook.cell(1).locator(".lmsp-answer").count() == 1
+    assert notebook.cell(1).locator(".jp-OutputArea-output").count() == 1
+    assert dirty(notebook)  # changed since it was read: a save keeps the answer
+    notebook.screenshot("restored-answer.png")
+
+
+def saved_outputs(lab: LiveServer, name: str) -> list[Any]:
+    """Every output of every cell of the notebook's file."""
+    notebook = nbformat.read(Path(lab.root_dir) / name, as_version=4)
+    return [output for cell in notebook.cells for output in cell.get("outputs", [])]
+
+
+def test_a_tab_closed_mid_stream_reopens_with_the_final_answer_after_a_kernel_restart(
+    browser: Browser, lab: LiveServer
+) -> None:
+    name = write_notebook(lab, "closed-tab.ipynb", LOAD, STORY.format(n=120))
+    notebook = opened(browser, lab, name)
+    notebook.run(0)
+    notebook.run(1)
+    notebook.wait_text(1)
+    task = notebook.task_id(1)
+    (kernel,) = running_kernels(lab)
+    notebook.page.context.close()
+    with jupyter_api(lab) as api:  # the kernel that asked forgets the ask
+        assert api.post(f"/kernels/{kernel}/restart").status_code == 200
+    with lab.client() as client:
+        notebook.wait_until(
+            lambda: client.get(f"/tasks/{task}").json()["status"] in FINAL_STATUSES,
+            240,
+            "the task to finish",
+        )
+
+    notebook = opened(browser, lab, name)  # its kernel is shut down first: a new one starts
+    assert wait_restored(notebook) == 1
+    assert notebook.task_id(1) == task
+    assert notebook.status(1) == server_task(lab, task)["status"]
+    assert normalized(notebook.message(1)) == normalized(server_text(lab, task))
+    assert notebook.cell(1).locator(".lmsp-stop").is_hidden()
+    assert dirty(notebook)
+    notebook.save()
+    state = saved_answer(lab, name, 1)
+    assert [round_["task_id"] for round_ in state["rounds"]] == [task]
+    assert message_text(state["rounds"][0]["response"]) == server_text(lab, task)
+
+
+def test_cleared_outputs_stay_cleared_after_a_reload(browser: Browser, lab: LiveServer) -> None:
+    name = write_notebook(
+        lab, "cleared.ipynb", LOAD, "answer = " + STORY.format(n=16), "answer.wait();"
+    )
+    notebook = opened(browser, lab, name)
+    for index in (0, 1, 2):
+        notebook.run(index)
+    notebook.wait_final(1)
+    notebook.wait_idle()  # answer.wait() has returned: the kernel's last update is shown
+    page = notebook.page
+    page.locator(".lm-MenuBar-item", has_text="Edit").click()
+    page.locator('.lm-Menu-item[data-command="notebook:clear-all-cell-outputs"]').click()
+    notebook.wait_until(lambda: notebook.answer(1).count() == 0, 30, "the outputs cleared")
+    reload_unsaved(notebook)
+    assert wait_restored(notebook) == 0
+    assert notebook.cell(1).locator(".jp-OutputArea-output").count() == 0
+
+
+def test_two_asks_in_two_cells_come_back_each_to_its_own_cell(
+    browser: Browser, lab: LiveServer
+) -> None:
+    other = "%lmsp ask --max-tokens 24 --temperature 0 The capital of France is"
+    name = write_notebook(lab, "two-cells.ipynb", LOAD, STORY.format(n=24), other)
+    notebook = opened(browser, lab, name)
+    for index in (0, 1, 2):
+        notebook.run(index)
+    notebook.wait_final(1)
+    notebook.wait_final(2)
+    tasks = {index: notebook.task_id(index) for index in (1, 2)}
+    assert tasks[1] != tasks[2]
+
+    reload_unsaved(notebook)
+    assert wait_restored(notebook) == 2
+    for index, task in tasks.items():
+        assert notebook.task_id(index) == task
+        assert notebook.status(index) == server_task(lab, task)["status"]
+        assert normalized(notebook.message(index)) == normalized(server_text(lab, task))
+        assert notebook.cell(index).locator(".lmsp-answer").count() == 1
+    assert notebook.cell(0).locator(".jp-OutputArea-output").count() == 0
