@@ -9,6 +9,7 @@ import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/applica
 import type { ICellModel, ICodeCellModel } from '@jupyterlab/cells';
 import { INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
 import type { IOutputModel } from '@jupyterlab/rendermime';
+import type { PartialJSONObject } from '@lumino/coreutils';
 
 import { listTasks } from './api';
 import { MIME_TYPE } from './mime';
@@ -97,7 +98,7 @@ class NotebookAnswers {
         outputs.clear();
         outputs.add({
           output_type: 'display_data',
-          data: { [MIME_TYPE]: state as any, 'text/plain': text },
+          data: { [MIME_TYPE]: state as unknown as PartialJSONObject, 'text/plain': text },
           metadata: {}
         });
       }

@@ -7,7 +7,7 @@
  * restored only into a cell that still has the source it ran, that was not cleared on
  * purpose, and whose outputs are nothing or older answers of that same cell.
  */
-import type { LmspTask } from './api';
+import { isRunning, type LmspTask } from './api';
 import type { AnswerState, AnswerStatus, Response } from './render';
 
 /** What the plan needs to know of one output of a cell. */
@@ -98,7 +98,7 @@ export function planRestorations(
 function restoration(cellId: string, askId: string, rounds: LmspTask[]): Restoration {
   const last = rounds[rounds.length - 1];
   const result = last.result;
-  const running = last.status === 'queued' || last.status === 'in_progress';
+  const running = isRunning(last);
   const status: AnswerStatus = running ? 'in_progress' : (result?.status ?? last.status);
   const state: AnswerState = {
     version: 1,

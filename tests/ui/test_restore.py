@@ -26,9 +26,11 @@ from tests.ui.lab import (
     message_text,
     normalized,
     open_notebook,
+    reopen_without_kernel,
     running_kernels,
     saved_answer,
     server_task,
+    shutdown_kernel,
     start_lab,
     write_notebook,
 )
@@ -192,7 +194,7 @@ def test_cleared_outputs_stay_cleared_after_a_reload(browser: Browser, lab: Live
     assert notebook.cell(1).locator(".jp-OutputArea-output").count() == 0
 
 
-def test_two_asks_in_two_cells_come_back_each_to_its_own_cell(
+def test_two_asks_in_two_cells_come_back_each_to_its_own_cell_with_no_kernel(
     browser: Browser, lab: LiveServer
 ) -> None:
     other = "%lmsp ask --max-tokens 24 --temperature 0 The capital of France is"
@@ -205,8 +207,11 @@ def test_two_asks_in_two_cells_come_back_each_to_its_own_cell(
     tasks = {index: notebook.task_id(index) for index in (1, 2)}
     assert tasks[1] != tasks[2]
 
-    reload_unsaved(notebook)
+    (kernel,) = running_kernels(lab)
+    shutdown_kernel(lab, kernel)  # nothing in the kernel helps: the front end restores
+    reopen_without_kernel(notebook)
     assert wait_restored(notebook) == 2
+    assert running_kernels(lab) == []
     for index, task in tasks.items():
         assert notebook.task_id(index) == task
         assert notebook.status(index) == server_task(lab, task)["status"]
