@@ -38,8 +38,12 @@ from tests.ui.lab import (
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """JupyterLab with the LMSP lab extension."""
-    server = start_lab(tmp_path_factory.mktemp("lab-restore"), lab_extension=True)
+    """JupyterLab with the LMSP lab extension, and without autosave: nothing is saved unasked."""
+    tmp = tmp_path_factory.mktemp("lab-restore")
+    server = start_lab(tmp, lab_extension=True)
+    docmanager = tmp / "settings" / "@jupyterlab" / "docmanager-extension"
+    docmanager.mkdir(parents=True)
+    (docmanager / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
     yield server
     stop_server(server)
 
@@ -88,6 +92,7 @@ def notebook_tasks(lab: LiveServer, name: str) -> list[dict[str, Any]]:
         return tasks
 
 
+@pytest.mark.timeout(1200)  # a busy machine generates slowly
 def test_a_reload_mid_stream_without_saving_brings_the_answer_back_live(
     browser: Browser, lab: LiveServer
 ) -> None:
@@ -122,10 +127,13 @@ def test_a_reload_mid_stream_without_saving_brings_the_answer_back_live(
             seen.append(text)
         return len(seen) >= 3 or notebook.status(1) in FINAL_STATUSES
 
-    notebook.wait_until(growing, 240, "the restored answer to stream")
+    notebook.wait_until(growing, 600, "the restored answer to stream")
     assert len(seen) >= 3, f"the restored answer was not seen streaming: {seen}"
-    status = notebook.wait_final(1, timeout=300)
-    assert status == server_task(lab, task)["status"]
+    notebook.screenshot("restored-answer.png")
+    with lab.client() as client:  # enough seen: the rest of a long story is not needed
+        assert client.post(f"/tasks/{task}/cancel").status_code == 200
+    status = notebook.wait_final(1)
+    assert status == server_task(lab, task)["status"] == "cancelled"
     final = normalized(notebook.message(1))
     for text in seen:
         assert final.startswith(normalized(text)[:-1])
@@ -134,7 +142,6 @@ def test_a_reload_mid_stream_without_saving_brings_the_answer_back_live(
     assert notebook.cell(1).locator(".lmsp-answer").count() == 1
     assert notebook.cell(1).locator(".jp-OutputArea-output").count() == 1
     assert dirty(notebook)  # changed since it was read: a save keeps the answer
-    notebook.screenshot("restored-answer.png")
 
 
 def saved_outputs(lab: LiveServer, name: str) -> list[Any]:
@@ -143,10 +150,11 @@ def saved_outputs(lab: LiveServer, name: str) -> list[Any]:
     return [output for cell in notebook.cells for output in cell.get("outputs", [])]
 
 
+@pytest.mark.timeout(1200)
 def test_a_tab_closed_mid_stream_reopens_with_the_final_answer_after_a_kernel_restart(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "closed-tab.ipynb", LOAD, STORY.format(n=120))
+    name = write_notebook(lab, "closed-tab.ipynb", LOAD, STORY.format(n=60))
     notebook = opened(browser, lab, name)
     notebook.run(0)
     notebook.run(1)
@@ -159,7 +167,7 @@ def test_a_tab_closed_mid_stream_reopens_with_the_final_answer_after_a_kernel_re
     with lab.client() as client:
         notebook.wait_until(
             lambda: client.get(f"/tasks/{task}").json()["status"] in FINAL_STATUSES,
-            240,
+            900,
             "the task to finish",
         )
 
