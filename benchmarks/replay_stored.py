@@ -122,6 +122,7 @@ def fill_store(path: Path, total: int) -> StoredTask:
         model=BUNDLED_MODEL_ID,
         response_id=response_id,
         request=request.model_dump_json(by_alias=True, exclude_none=True),
+        metadata={},
         at=at,
     )
     records.started(task_id, at)
