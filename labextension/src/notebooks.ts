@@ -37,11 +37,20 @@ function codeCells(panel: NotebookPanel): ICodeCellModel[] {
   return found;
 }
 
-function summary(cell: ICodeCellModel): CellSummary {
-  const outputs = [];
+function outputAskIds(cell: ICodeCellModel): (string | null)[] {
+  const found = [];
   for (let index = 0; index < cell.outputs.length; index++) {
-    outputs.push({ askId: askIdOf(cell.outputs.get(index)) });
+    found.push(askIdOf(cell.outputs.get(index)));
   }
+  return found;
+}
+
+function askIds(cell: ICodeCellModel): string[] {
+  return outputAskIds(cell).filter((askId): askId is string => askId !== null);
+}
+
+function summary(cell: ICodeCellModel): CellSummary {
+  const outputs = outputAskIds(cell).map(askId => ({ askId }));
   const saved = cell.getMetadata(CELL_METADATA_KEY) as { dismissed?: unknown } | undefined;
   return {
     id: cell.id,
@@ -94,9 +103,12 @@ class NotebookAnswers {
     this._restoring = true;
     try {
       for (const { cellId, state, text } of plan) {
-        const outputs = cells.get(cellId)!.outputs;
-        outputs.clear();
-        outputs.add({
+        const cell = cells.get(cellId)!;
+        cell.outputs.clear();
+        // Made here from the user's own server, as a run of the cell would: trusted like one
+        // (so Stop works); the file's outputs, if any, were just cleared.
+        cell.trusted = true;
+        cell.outputs.add({
           output_type: 'display_data',
           data: { [MIME_TYPE]: state as unknown as PartialJSONObject, 'text/plain': text },
           metadata: {}
@@ -118,17 +130,17 @@ class NotebookAnswers {
     }
     const code = cell as ICodeCellModel;
     this._watched.add(code);
-    code.outputs.changed.connect((_, change) => {
-      if (this._restoring || (change.type !== 'clear' && change.type !== 'remove')) {
-        return;
-      }
-      for (const output of change.oldValues) {
-        const askId = askIdOf(output);
-        if (askId) {
+    // The asks shown before each change: removed outputs are disposed before it is signalled.
+    let shown = askIds(code);
+    code.outputs.changed.connect(() => {
+      const now = askIds(code);
+      for (const askId of this._restoring ? [] : shown) {
+        if (!now.includes(askId)) {
           this._dismissed.add(askId);
           code.setMetadata(CELL_METADATA_KEY, { dismissed: askId });
         }
       }
+      shown = now;
     });
   }
 }
