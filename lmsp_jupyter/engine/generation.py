@@ -46,10 +46,16 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Prompt:
-    """A rendered prompt and its tokens."""
+    """A rendered prompt and its tokens.
+
+    A remote engine renders prompts itself: its prompt carries the messages and tools to send,
+    with no text and no tokens (their count is known only from the server's ``usage``).
+    """
 
     text: str
     tokens: list[int] = field(repr=False)
+    messages: tuple[ChatMessage, ...] = field(default=(), repr=False)
+    tools: tuple[ToolSpec, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,11 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     #: A GBNF grammar (llama.cpp's format) every generated token must keep to.
     grammar: str | None = None
+    #: The JSON Schema the answer must validate against (what ``grammar`` enforces), for
+    #: engines that constrain decoding from a schema rather than from a grammar.
+    schema: dict[str, Any] | None = None
+    #: The tools one of which must be called (what ``grammar`` enforces); empty: not forced.
+    forced_tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,17 @@ class GenerationDone:
     cached_tokens: int = 0
 
 
-GenerationEvent = TextDelta | GenerationDone
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a function call an engine reports apart from the text (remote servers'
+    ``tool_calls``): the call at ``index`` gets its ``name`` first, then argument text."""
+
+    index: int
+    name: str | None = None
+    arguments: str = ""
+
+
+GenerationEvent = TextDelta | ToolCallDelta | GenerationDone
 
 
 class GrammarError(ValueError):
@@ -100,6 +121,10 @@ class GrammarError(ValueError):
 
 class EngineError(Exception):
     """The model could not be loaded or failed while generating."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine serving the model (a remote server) does not answer."""
 
 
 class CancelToken:

@@ -86,8 +86,10 @@ class Model(BaseModel):
     context_length: int
     capabilities: list[ModelCapability]
     status: ModelStatus
-    format: Literal["gguf"] = "gguf"
-    size_bytes: int
+    #: The weights' file format; ``None`` for a model a remote server runs.
+    format: Literal["gguf"] | None = "gguf"
+    #: The weights' size on disk; ``None`` for a model a remote server runs.
+    size_bytes: int | None
     memory_bytes: int | None = Field(
         default=None, description="Memory it takes while loaded: weights and KV cache."
     )

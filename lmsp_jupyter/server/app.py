@@ -23,6 +23,8 @@ from ..engine.catalog import (
     default_ollama_dir,
 )
 from ..engine.manager import ModelManager
+from ..engine.remote import RemoteEngine, RemoteServer
+from ..engine.router import EngineRouter
 from ..engine.scheduler import Engine, EngineSettings
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
@@ -162,6 +164,22 @@ class LmspApp(ExtensionApp):
         "'scopes': ['models:read', 'responses:write']}]. Only the hash is configured.",
     ).tag(config=True)
 
+    remote_servers = List(
+        Dict(),
+        default_value=[],
+        help="OpenAI-compatible servers (vLLM, llama-server, Ollama, LM Studio, SGLang) whose "
+        "models are offered too, as '<name>/<model>': [{'name': 'gpu', 'url': "
+        "'http://gpu-node:8000/v1', 'api_key_env': 'GPU_KEY'}]. Optional keys: 'api_key', "
+        "'headers', 'timeout_seconds', 'models' (remote ids to offer, or {remote id: name}), "
+        "'capabilities', 'context_length', 'structured_output' ('auto', 'json_schema' or "
+        "'json_object'), 'retries'. See docs/scaling.md.",
+    ).tag(config=True)
+
+    remote_refresh_seconds = Float(
+        30.0,
+        help="How often remote servers are asked for their models (and so whether they answer).",
+    ).tag(config=True)
+
     @default("store_path")
     def _default_store_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
@@ -186,16 +204,18 @@ class LmspApp(ExtensionApp):
                 else None
             ),
         )
-        self.engine = Engine(
+        local = Engine(
             EngineSettings(
                 context_size=self.context_size, threads=self.threads, batch_size=self.batch_size
             )
         )
+        remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
+        self.engine = EngineRouter(local, catalog, remotes)
         for notice in catalog.notices():
             self.log.warning("%s", notice)
         self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
         store = Store(Path(self.store_path).expanduser())
-        models = ModelDirectory(catalog, self.engine, self.model_manager, conversations=True)
+        models = ModelDirectory(self.engine, self.engine, self.model_manager, conversations=True)
         responses = ResponseService(models, self.engine, ResponseRecords(store))
         self.task_service = TaskService(
             responses,
@@ -220,6 +240,12 @@ class LmspApp(ExtensionApp):
         )
         self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
         self._purger.start()
+        self._remote_refresher: PeriodicCallback | None = None
+        if remotes:
+            self._remote_refresher = PeriodicCallback(
+                self.engine.refresh, self.remote_refresh_seconds * 1000
+            )
+            self._remote_refresher.start()
 
     def _share_log(self) -> None:
         """The package's own loggers (model assembly, the engine) write to the server's log."""
@@ -250,8 +276,11 @@ class LmspApp(ExtensionApp):
             )
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        """Once the server listens, tell the kernels it will start where LMSP is."""
+        """Once the server listens, tell the kernels it will start where LMSP is, and ask the
+        remote servers for their models."""
         export_location(serverapp, os.environ)
+        if self.engine.remotes:
+            await self.engine.refresh()
 
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes."""
@@ -261,9 +290,11 @@ class LmspApp(ExtensionApp):
         """Stop the tasks, the purge and the model workers."""
         if hasattr(self, "_purger"):
             self._purger.stop()
+            if self._remote_refresher is not None:
+                self._remote_refresher.stop()
             await self.task_service.close()
             await self.model_manager.close()
-            self.engine.close()
+            await self.engine.aclose()
 
 
 def export_location(serverapp: Any, environ: MutableMapping[str, str]) -> None:

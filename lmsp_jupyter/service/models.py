@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..engine.backend import GenerationBackend
-from ..engine.catalog import ModelCatalog, ModelEntry, bundled_progress
+from ..engine.backend import GenerationBackend, ModelIndex
+from ..engine.catalog import ModelEntry, bundled_progress
 from ..engine.generation import EngineError
 from ..engine.manager import ModelManager
 from ..protocol.errors import LmspError
@@ -15,15 +15,17 @@ from ..protocol.models import (
     ModelExtension,
     ModelList,
     ModelListExtension,
+    ModelStatus,
 )
 
 
 class ModelDirectory:
-    """Joins what the catalog finds on disk with what the manager holds in memory."""
+    """Joins what the catalog finds (on disk, on remote servers) with what the manager holds
+    in memory."""
 
     def __init__(
         self,
-        catalog: ModelCatalog,
+        catalog: ModelIndex,
         engine: GenerationBackend,
         manager: ModelManager | None = None,
         *,
@@ -39,16 +41,36 @@ class ModelDirectory:
         return self.catalog.get(model_id)
 
     def capabilities(self, entry: ModelEntry) -> list[ModelCapability]:
-        """What ``entry`` can do through this service."""
-        capabilities: list[ModelCapability] = ["streaming", "tools", "structured_output"]
+        """What ``entry`` can do through this service: its own capabilities (every local model's
+        three, or a remote server's), conversations when responses are stored, reasoning."""
+        capabilities: list[ModelCapability] = [
+            c
+            for c in entry.capabilities or ("streaming", "tools", "structured_output")
+            if c != "reasoning"
+        ]
         if self.conversations:
             capabilities.append("conversations")
         if self.engine.thinks(entry):
             capabilities.append("reasoning")
         return capabilities
 
+    @staticmethod
+    def _remote_status(entry: ModelEntry) -> ModelStatus:
+        """A remote server's model: ``unavailable`` while the server does not answer."""
+        return "available" if entry.available else "unavailable"
+
     def describe(self, entry: ModelEntry) -> Model:
         """The model object of ``entry``: ``loading`` too while its GGUF file is assembled."""
+        if entry.source == "remote":  # the remote server owns its memory
+            return Model(
+                id=entry.id,
+                owned_by=entry.owned_by,
+                context_length=self.engine.context_length(entry),
+                capabilities=self.capabilities(entry),
+                status=self._remote_status(entry),
+                format=None,
+                size_bytes=None,
+            )
         state = self.manager.state(entry.id)
         assembly = bundled_progress() if entry.source == "bundled" else None
         extensions = None
@@ -57,6 +79,7 @@ class ModelDirectory:
             extensions = {EXTENSION_KEY: ModelExtension(loading=progress)}
         return Model(
             id=entry.id,
+            owned_by=entry.owned_by,
             context_length=self.engine.context_length(entry),
             capabilities=self.capabilities(entry),
             status="loading" if assembly is not None else state.status if state else "available",

@@ -63,6 +63,7 @@ class OutputBuilder:
         self._call: OutputFunctionCall | None = None
         self._sent_arguments = 0
         self._auto_decided = mode is not ContentMode.AUTO
+        self._native: dict[int, tuple[OutputFunctionCall, list[str]]] = {}
         self._events: list[EventData] = []
 
     # --- feeding ------------------------------------------------------------------------
@@ -73,11 +74,40 @@ class OutputBuilder:
             self._piece(is_reasoning, piece)
         return self._take()
 
+    def feed_call(self, index: int, name: str | None, arguments: str) -> list[EventData]:
+        """The events of a piece of the ``index``-th call an engine reports apart from the
+        text (a remote server's ``tool_calls``): the call's item opens with its name."""
+        self._close_reasoning()
+        if index not in self._native:
+            if self._text is not None:
+                self._close_text()
+            self._auto_decided = True
+            item = OutputFunctionCall(
+                id=new_id("fc"), call_id=new_id("call"), name=name or "", arguments=""
+            )
+            self._native[index] = (item, [])
+            self._add(item)
+        item, sent = self._native[index]
+        if arguments:
+            sent.append(arguments)
+            self._events.append(
+                FunctionCallArgumentsDelta(
+                    response_id=self.response_id, item_id=item.id or "", delta=arguments
+                )
+            )
+        return self._take()
+
     def finish(self) -> list[EventData]:
         """Close every open item (generation ended)."""
         for is_reasoning, piece in self._think.flush():
             self._piece(is_reasoning, piece)
         self._close_reasoning()
+        if self._native:
+            if self._text is not None:
+                self._close_text()
+            for item, sent in self._native.values():
+                self._done(item.model_copy(update={"arguments": "".join(sent)}))
+            return self._take()
         if self.mode is ContentMode.FORCED_CALL:
             self._finish_call()
         elif self.mode is ContentMode.AUTO and not self._auto_decided:

@@ -19,11 +19,13 @@ from ..engine.catalog import ModelEntry
 from ..engine.generation import (
     CancelToken,
     EngineError,
+    EngineUnavailable,
     GenerationDone,
     GrammarError,
     Prompt,
     SamplingParams,
     TextDelta,
+    ToolCallDelta,
 )
 from ..engine.templates import THINK_OPEN, ChatTemplateError
 from ..protocol.errors import LmspError
@@ -52,6 +54,9 @@ from .toolcalls import valid
 OWNER = "jupyter"
 
 _CONTEXT = TypeAdapter(list[InputItem])
+
+#: When a client may try again after ``engine_unavailable``: the next request probes the engine.
+RETRY_UNAVAILABLE_SECONDS = 5
 
 _INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "context_length": "context_length"}
 
@@ -118,7 +123,7 @@ class ResponseService:
             param = "response_format" if decoding.schema is not None else "tools"
             raise LmspError("invalid_request", str(exc), param=param) from None
         except EngineError as exc:
-            raise LmspError("generation_failed", str(exc)) from None
+            raise _engine_problem(exc) from None
         window = self.engine.context_length(entry)
         needed = len(prompt.tokens) + (request.max_output_tokens or 1)
         if needed > window:
@@ -242,6 +247,10 @@ class ResponseService:
             seed=run.request.seed,
             stop=run.request.stop_sequences(),
             grammar=run.plan.grammar,
+            schema=run.plan.schema,
+            forced_tools=tuple(tool.name for tool in run.plan.callable_tools)
+            if run.plan.mode is ContentMode.FORCED_CALL
+            else (),
         )
         done: GenerationDone | None = None
         try:
@@ -249,10 +258,15 @@ class ResponseService:
                 if isinstance(generated, TextDelta):
                     for data in output.feed(generated.text):
                         yield event(data)
+                elif isinstance(generated, ToolCallDelta):
+                    for data in output.feed_call(
+                        generated.index, generated.name, generated.arguments
+                    ):
+                        yield event(data)
                 else:
                     done = generated
         except EngineError as exc:
-            run.error = LmspError("generation_failed", str(exc))
+            run.error = _engine_problem(exc)
         if done is not None:  # a failed generation leaves its items unfinished
             for data in output.finish():
                 yield event(data)
@@ -310,6 +324,14 @@ def _keep_alive(request: ResponseRequest) -> float | None:
             param=f"extensions.{EXTENSION_KEY}.keep_alive_seconds",
         )
     return float(value)
+
+
+def _engine_problem(error: EngineError) -> LmspError:
+    """The problem of an engine failure: an engine that does not answer is 503, not 500."""
+    if isinstance(error, EngineUnavailable):
+        retry = {"Retry-After": str(RETRY_UNAVAILABLE_SECONDS)}
+        return LmspError("engine_unavailable", str(error), headers=retry)
+    return LmspError("generation_failed", str(error))
 
 
 def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:

@@ -25,6 +25,10 @@ class Request:
     #: Header names in lower case.
     headers: dict[str, str]
     received_at: float = field(default_factory=time.monotonic)
+    #: The bytes of its response forwarded so far.
+    response: bytearray = field(default_factory=bytearray)
+    #: Whether the client, not the server, closed the connection this request came on.
+    closed_by_client: bool = False
 
 
 @dataclass
@@ -129,7 +133,9 @@ class DroppingProxy:
             asyncio.ensure_future(self._down(up_reader, writer, connection)),
         ]
         try:
-            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            if pumps[0] in done and not pumps[1].done() and connection.requests:
+                connection.requests[-1].closed_by_client = True
         finally:
             for pump in pumps:
                 pump.cancel()
@@ -158,6 +164,8 @@ class DroppingProxy:
                 if connection.requests and connection.requests[-1] is not answering:
                     answering, seen = connection.requests[-1], b""
                 seen += data
+                if answering is not None:
+                    answering.response += data
                 at = seen.find(self.marker)
                 if (
                     self.drops > 0

@@ -1,0 +1,118 @@
+"""The one place that picks a model's engine: remote servers' models go to their server, the
+others to the in-process llama.cpp engine."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncIterator, Sequence
+
+from .backend import GenerationBackend
+from .catalog import ModelCatalog, ModelEntry
+from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
+from .remote import RemoteEngine
+
+
+class EngineRouter:
+    """The models of the local catalog and of every remote server, each on its own engine.
+
+    Implements both the model index and the engine interface the service uses. A model id
+    ``<server>/<model>`` belongs to the remote server of that name, before any local model.
+    """
+
+    def __init__(
+        self,
+        local: GenerationBackend,
+        catalog: ModelCatalog,
+        remotes: Sequence[RemoteEngine] = (),
+    ) -> None:
+        names = [remote.server.name for remote in remotes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"remote server names must differ: {names}")
+        self.local = local
+        self.catalog = catalog
+        self.remotes = {remote.server.name: remote for remote in remotes}
+
+    # --- the models -------------------------------------------------------------------------
+
+    def list(self) -> list[ModelEntry]:
+        """The local models, then each remote server's."""
+        remote = [entry for server in self.remotes.values() for entry in server.list()]
+        return [*self.catalog.list(), *remote]
+
+    def get(self, model_id: str) -> ModelEntry:
+        """One model; unknown → ``model_not_found``."""
+        remote = self._remote_of(model_id)
+        return remote.get(model_id) if remote is not None else self.catalog.get(model_id)
+
+    def notices(self) -> builtins.list[str]:
+        """Why configured model directories give no model."""
+        return self.catalog.notices()
+
+    async def refresh(self) -> None:
+        """Ask every remote server for its models (and so whether it answers), together."""
+        await asyncio.gather(*(remote.refresh() for remote in self.remotes.values()))
+
+    def _remote_of(self, model_id: str) -> RemoteEngine | None:
+        server, slash, _ = model_id.partition("/")
+        return self.remotes.get(server) if slash else None
+
+    def _engine(self, entry: ModelEntry) -> GenerationBackend:
+        if entry.source == "remote":
+            return self.remotes[entry.owned_by]
+        return self.local
+
+    # --- the engine interface, forwarded --------------------------------------------------------
+
+    def context_length(self, entry: ModelEntry) -> int:
+        """The context window of ``entry`` on its engine."""
+        return self._engine(entry).context_length(entry)
+
+    def thinks(self, entry: ModelEntry) -> bool:
+        """Whether ``entry`` reasons between ``<think>`` tags."""
+        return self._engine(entry).thinks(entry)
+
+    def is_loaded(self, model_id: str) -> bool:
+        """Whether the model is in this process's memory (a remote one never is)."""
+        remote = self._remote_of(model_id)
+        return remote.is_loaded(model_id) if remote is not None else self.local.is_loaded(model_id)
+
+    def footprint(self, entry: ModelEntry) -> int:
+        """Bytes of this process's memory ``entry`` takes once loaded (0 on a remote)."""
+        return self._engine(entry).footprint(entry)
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Load ``entry`` on its engine."""
+        await self._engine(entry).load(entry)
+
+    async def unload(self, model_id: str) -> None:
+        """Unload the model from its engine."""
+        remote = self._remote_of(model_id)
+        await (remote.unload(model_id) if remote is not None else self.local.unload(model_id))
+
+    async def render(
+        self,
+        entry: ModelEntry,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        grammar: str | None = None,
+    ) -> Prompt:
+        """The prompt of ``entry``'s engine."""
+        return await self._engine(entry).render(entry, messages, tools, grammar)
+
+    def generate(
+        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
+    ) -> AsyncIterator[GenerationEvent]:
+        """Generate on ``entry``'s engine."""
+        return self._engine(entry).generate(entry, prompt, params, cancel)
+
+    def close(self) -> None:
+        """Close every engine."""
+        self.local.close()
+        for remote in self.remotes.values():
+            remote.close()
+
+    async def aclose(self) -> None:
+        """Close every engine, waiting for the remote connections to close."""
+        self.local.close()
+        await asyncio.gather(*(remote.aclose() for remote in self.remotes.values()))

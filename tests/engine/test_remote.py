@@ -1,0 +1,229 @@
+"""The remote engine's rules that a real server cannot be made to show on demand.
+
+A scripted OpenAI-compatible transport stands in for the server here; the main paths run
+against real servers in tests/server/test_remote.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from lmsp_jupyter.engine.catalog import ModelCatalog
+from lmsp_jupyter.engine.generation import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    EngineUnavailable,
+    GenerationDone,
+    GenerationEvent,
+    SamplingParams,
+    TextDelta,
+    ToolCallDelta,
+)
+from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
+from lmsp_jupyter.engine.router import EngineRouter
+from lmsp_jupyter.protocol.errors import LmspError
+from tests.doubles import ScriptedEngine
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return f"data: {json.dumps({'choices': [choice]})}\n\n"
+
+
+def sse(*frames: str) -> httpx.Response:
+    return httpx.Response(200, text="".join(frames), headers={"content-type": "text/event-stream"})
+
+
+def listing(*models: dict[str, Any]) -> httpx.Response:
+    return httpx.Response(200, json={"object": "list", "data": list(models)})
+
+
+def engine(handler: Handler, **config: Any) -> RemoteEngine:
+    server = RemoteServer.parse({"name": "gpu", "url": "http://gpu:8000/v1", **config})
+    return RemoteEngine(server, transport=httpx.MockTransport(handler))
+
+
+async def generate(remote: RemoteEngine, params: SamplingParams) -> list[GenerationEvent]:
+    entry = remote.get("gpu/m")
+    prompt = await remote.render(entry, [ChatMessage("user", "hi")])
+    return [event async for event in remote.generate(entry, prompt, params, CancelToken())]
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+def test_a_server_entry_with_an_unknown_key_is_refused_naming_the_key() -> None:
+    with pytest.raises(ValueError, match=r"remote server 'gpu': colour: Extra inputs"):
+        RemoteServer.parse({"name": "gpu", "url": "http://gpu/v1", "colour": "red"})
+
+
+def test_a_server_name_must_fit_in_a_model_id() -> None:
+    with pytest.raises(ValueError, match="name"):
+        RemoteServer.parse({"name": "a b", "url": "http://gpu/v1"})
+
+
+def test_the_api_key_is_read_from_the_named_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPU_KEY", "sk-secret")
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return listing({"id": "m"})
+
+    remote = engine(handler, api_key_env="GPU_KEY", headers={"X-Team": "a"})
+    asyncio.run(remote.refresh())
+    assert seen == ["Bearer sk-secret"]
+
+
+# --- listing ------------------------------------------------------------------------------------
+
+
+def test_models_are_limited_and_renamed_and_keep_the_reported_window() -> None:
+    remote = engine(
+        lambda _: listing({"id": "org/big", "max_model_len": 32768}, {"id": "other"}),
+        models={"org/big": "big"},
+    )
+    assert [(e.id, e.available) for e in remote.list()] == [("gpu/big", False)]
+    asyncio.run(remote.refresh())
+    (entry,) = remote.list()
+    assert (entry.id, entry.owned_by, entry.available) == ("gpu/big", "gpu", True)
+    assert remote.context_length(entry) == 32768
+    with pytest.raises(LmspError) as error:
+        remote.get("gpu/other")
+    assert error.value.code == "model_not_found"
+
+
+def test_a_server_that_does_not_answer_lists_its_models_unavailable() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    remote = engine(refuse, models=["m"])
+    asyncio.run(remote.refresh())
+    assert [(e.id, e.available) for e in remote.list()] == [("gpu/m", False)]
+    with pytest.raises(EngineUnavailable):
+        asyncio.run(generate(remote, SamplingParams(max_tokens=4)))
+
+
+def test_the_router_sends_a_servers_prefix_to_that_server_and_the_rest_to_the_catalog() -> None:
+    remote = engine(lambda _: listing({"id": "m"}))
+    router = EngineRouter(ScriptedEngine(), ModelCatalog(include_bundled=False), [remote])
+    asyncio.run(router.refresh())
+    assert [entry.id for entry in router.list()] == ["gpu/m"]
+    assert router.get("gpu/m").owned_by == "gpu"
+    with pytest.raises(LmspError):
+        router.get("elsewhere/m")
+
+
+# --- generating ---------------------------------------------------------------------------------
+
+
+def test_a_refused_json_schema_form_is_retried_as_json_object_and_remembered() -> None:
+    formats: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        body = json.loads(request.content)
+        formats.append(body["response_format"]["type"])
+        if body["response_format"]["type"] == "json_schema":
+            return httpx.Response(500, json={"error": {"message": "response_format: bad type"}})
+        assert body["response_format"]["schema"] == {"type": "object"}
+        return sse(chunk({"content": "{}"}), chunk({}, "stop"), "data: [DONE]\n\n")
+
+    remote = engine(handler)
+    params = SamplingParams(max_tokens=4, schema={"type": "object"})
+    for _ in range(2):
+        events = asyncio.run(generate(remote, params))
+        assert events[0] == TextDelta("{}")
+    assert formats == ["json_schema", "json_object", "json_object"]
+
+
+def test_a_request_is_retried_while_nothing_of_the_answer_has_come() -> None:
+    statuses = iter([503, 502, 200])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        status = next(statuses)
+        if status != 200:
+            return httpx.Response(status)
+        return sse(chunk({"content": "ok"}), chunk({}, "length"), "data: [DONE]\n\n")
+
+    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=1)))
+    assert events == [TextDelta("ok"), GenerationDone("max_tokens", 0, 1)]
+
+
+def test_a_request_still_refused_after_its_retries_is_unavailable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        return httpx.Response(503)
+
+    remote = engine(handler, retries=1)
+    with pytest.raises(EngineUnavailable):
+        asyncio.run(generate(remote, SamplingParams(max_tokens=1)))
+    assert not remote.reachable
+
+
+def test_a_stream_cut_after_its_first_token_fails_without_a_retry() -> None:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        calls.append("chat")
+        return sse(chunk({"content": "Hel"}))  # no finish_reason, no [DONE]: the link broke
+
+    remote = engine(handler)
+    with pytest.raises(EngineError) as error:
+        asyncio.run(generate(remote, SamplingParams(max_tokens=8)))
+    assert not isinstance(error.value, EngineUnavailable)
+    assert "mid-answer" in str(error.value)
+    assert calls == ["chat"]
+    assert not remote.reachable
+
+
+def test_tool_calls_usage_and_the_forced_tool_reach_the_server_and_come_back() -> None:
+    bodies: list[dict[str, Any]] = []
+    call = {"index": 0, "id": "x", "type": "function", "function": {"name": "f", "arguments": ""}}
+    usage = {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        bodies.append(json.loads(request.content))
+        more = {"index": 0, "function": {"arguments": '{"a": 1}'}}
+        return sse(
+            chunk({"tool_calls": [call]}),
+            chunk({"tool_calls": [more]}),
+            chunk({}, "tool_calls"),
+            f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n",
+            "data: [DONE]\n\n",
+        )
+
+    params = SamplingParams(max_tokens=8, temperature=0.0, forced_tools=("f",))
+    events = asyncio.run(generate(engine(handler), params))
+    assert events == [
+        ToolCallDelta(0, "f", ""),
+        ToolCallDelta(0, None, '{"a": 1}'),
+        GenerationDone("stop", 7, 3, cached_tokens=4),
+    ]
+    assert bodies[0]["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert bodies[0]["temperature"] == 0.0
+    assert bodies[0]["max_tokens"] == 8
+    assert bodies[0]["messages"] == [{"role": "user", "content": "hi"}]
