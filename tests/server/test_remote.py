@@ -36,7 +36,7 @@ COLOUR = {
     "required": ["colour"],
     "additionalProperties": False,
 }
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather in a city.",

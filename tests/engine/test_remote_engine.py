@@ -28,8 +28,8 @@ from lmsp_jupyter.engine.generation import (
 )
 from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
 from lmsp_jupyter.engine.router import EngineRouter
+from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.protocol.errors import LmspError
-from tests.doubles import ScriptedEngine
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -117,7 +117,7 @@ def test_a_server_that_does_not_answer_lists_its_models_unavailable() -> None:
 
 def test_the_router_sends_a_servers_prefix_to_that_server_and_the_rest_to_the_catalog() -> None:
     remote = engine(lambda _: listing({"id": "m"}))
-    router = EngineRouter(ScriptedEngine(), ModelCatalog(include_bundled=False), [remote])
+    router = EngineRouter(Engine(), ModelCatalog(include_bundled=False), [remote])
     asyncio.run(router.refresh())
     assert [entry.id for entry in router.list()] == ["gpu/m"]
     assert router.get("gpu/m").owned_by == "gpu"
