@@ -42,6 +42,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["context 256, 1 rounds, medians; process RSS:"],
         ["  no model loaded", "  both models loaded", "  both unloaded", "load time: bundled "],
     ),
+    "remote": (
+        "--tokens 4 --rounds 1",
+        [],
+        ["remote: llama_cpp.server", "direct   tokens", "lmsp     tokens", "ratio lmsp/direct"],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],
