@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from traitlets.config import Config
 
-from lmsp_jupyter.server.app import LmspApp
+from lmsp_jupyter.server.app import LmspApp, PathList
 
-TRAIT = LmspApp.class_traits()["model_dirs"]
+TRAIT = PathList()
 
 
 @pytest.mark.parametrize(
@@ -24,6 +24,10 @@ TRAIT = LmspApp.class_traits()["model_dirs"]
 )
 def test_command_line_values_become_paths(typed: list[str], paths: list[str]) -> None:
     assert TRAIT.from_string_list(typed) == paths
+
+
+def test_model_dirs_is_a_path_list() -> None:
+    assert isinstance(LmspApp.class_traits()["model_dirs"], PathList)
 
 
 def test_a_config_file_may_give_one_string_or_a_list() -> None:
