@@ -47,6 +47,17 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         [],
         ["remote: llama_cpp.server", "direct   tokens", "lmsp     tokens", "ratio lmsp/direct"],
     ),
+    "serving": (
+        "--tokens 4 --streams 1,2 --history 60",
+        ["service"],
+        [
+            "1 streams, tok/s",
+            "2 streams, tok/s",
+            "follow-up / cold",
+            "constrained / free decode",
+            "service 1 stream / raw: ",
+        ],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],
