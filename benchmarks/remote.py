@@ -18,9 +18,7 @@ Run: ``.venv/bin/python benchmarks/remote.py [--tokens 128] [--rounds 5] [--llam
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -35,13 +33,14 @@ from benchmarks.harness import (
     DEFAULT_PROMPT,
     Sample,
     Server,
+    free_port,
     iter_events,
     median,
     num,
     run_benchmark,
+    running_process,
     running_server,
 )
-from benchmarks.harness.server import free_port
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 
 ALIAS = "gemma"
@@ -64,31 +63,6 @@ def remote_command(binary: str | None, model: Path, port: int, threads: int) -> 
         *("--n_ctx", str(CONTEXT), "--n_threads", str(threads), "--verbose", "false"),
         *("--interrupt_requests", "false"),
     ]
-
-
-@contextlib.contextmanager
-def running_remote(command: list[str], url: str, log_path: Path) -> Iterator[None]:
-    """Start the remote server, wait until it lists its models, always stop it."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"the remote server exited ({process.returncode})")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the remote server did not start in 120 s")
-                time.sleep(0.2)
-            yield
-        finally:
-            process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 def timed(stream: Callable[[], Iterator[str]]) -> Sample:
@@ -159,7 +133,7 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
         "stream": True,
     }
     with (
-        running_remote(command, url, scratch / "remote.log"),
+        running_process(command, scratch / "remote.log", f"{url}/models"),
         running_server(log_path, extra=[f"--config={config}"]) as server,
         httpx.Client(timeout=600, headers=server.headers) as client,
     ):

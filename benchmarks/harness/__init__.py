@@ -16,7 +16,7 @@ from .cli import run_benchmark
 from .figures import Sample, median, num, spread
 from .meters import CpuMeter, PhaseCost, PhaseMeter, RssSampler, measured
 from .raw import DEFAULT_PROMPT, RawRunner, Settings, print_context, render_prompt
-from .server import Server, running_server
+from .server import Server, free_port, running_process, running_server
 from .sse import aiter_events, iter_events, parse_events
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Server",
     "Settings",
     "aiter_events",
+    "free_port",
     "iter_events",
     "measured",
     "median",
@@ -38,6 +39,7 @@ __all__ = [
     "print_context",
     "render_prompt",
     "run_benchmark",
+    "running_process",
     "running_server",
     "spread",
 ]

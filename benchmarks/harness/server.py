@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -118,38 +118,49 @@ def running_server(
     with contextlib.ExitStack() as stack:
         if root is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        log = stack.enter_context(log_path.open("wb"))
         command = server_command(
             port, token, root, app=app, store_path=store_path, profile=profile, extra=extra
         )
+        server = Server(f"http://127.0.0.1:{port}", token, 0)
+        pid = stack.enter_context(
+            running_process(command, log_path, server.lmsp_url, server.headers)
+        )
+        yield replace(server, pid=pid)
+
+
+@contextlib.contextmanager
+def running_process(
+    command: Sequence[str], log_path: Path, ready_url: str, headers: dict[str, str] | None = None
+) -> Iterator[int]:
+    """Start a server process (its output to ``log_path``), yield its pid once ``GET ready_url``
+    answers 200, and always stop it: the service, or a third-party server it is compared with."""
+    with log_path.open("wb") as log:
         # Its own session and no stdin: Ctrl-C reaches only the benchmark, which then stops it.
         process = subprocess.Popen(
-            command,
+            list(command),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
-            server = Server(f"http://127.0.0.1:{port}", token, process.pid)
-            wait_until_ready(server, process)
-            yield server
+            wait_until_ready(ready_url, headers or {}, process)
+            yield process.pid
         finally:
             stop(process)
 
 
-def wait_until_ready(server: Server, process: subprocess.Popen[bytes]) -> None:
-    """Poll ``GET /lmsp/v1`` until it answers 200; fail if the server exits or never does."""
+def wait_until_ready(url: str, headers: dict[str, str], process: subprocess.Popen[bytes]) -> None:
+    """Poll ``GET url`` until it answers 200; fail if the process exits or it never does."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited with code {process.returncode}")
+            raise RuntimeError(f"{process.args!r} exited with code {process.returncode}")
         with contextlib.suppress(httpx.TransportError):
-            answer = httpx.get(server.lmsp_url, headers=server.headers, timeout=2)
-            if answer.status_code == 200:
+            if httpx.get(url, headers=headers, timeout=2).status_code == 200:
                 return
         time.sleep(0.2)
-    raise RuntimeError(f"the server did not answer within {STARTUP_TIMEOUT_S:.0f} s")
+    raise RuntimeError(f"{url} did not answer within {STARTUP_TIMEOUT_S:.0f} s")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
