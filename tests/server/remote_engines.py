@@ -70,6 +70,8 @@ class OpenAIServer:
                 *("--model", str(self.model_path), "--alias", ALIAS),
                 *("--host", "127.0.0.1", "--port", str(self.port)),
                 *("--ctx-size", str(CONTEXT), "--parallel", "1", "--threads", "1", "--jinja"),
+                # Repacked weights (AMX, ...) crash llama.cpp's decode on some CPUs here.
+                "--no-repack",
             ]
         return [
             sys.executable,
