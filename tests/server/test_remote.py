@@ -205,8 +205,13 @@ def test_a_structured_answer_validates_against_its_schema(client: httpx.Client) 
 
 
 def test_a_forced_tool_call_is_a_function_call_item_with_valid_arguments(
-    client: httpx.Client,
+    client: httpx.Client, remote: OpenAIServer
 ) -> None:
+    if remote.kind == "llama-server":
+        pytest.skip(
+            "llama-server does not enforce a named tool_choice with the bundled base model's "
+            "template: it answers text, which LMSP does not pass off as a call"
+        )
     body = ask(
         input="What is the weather in Paris?",
         max_output_tokens=64,
