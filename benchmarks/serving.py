@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,12 +40,13 @@ from benchmarks.harness import (
     RawRunner,
     Server,
     Settings,
+    free_port,
     iter_events,
     render_prompt,
     run_benchmark,
+    running_process,
     running_server,
 )
-from benchmarks.harness.server import free_port
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.protocol.events import FINAL_EVENTS
 
@@ -251,25 +250,9 @@ def llama_server(binary: Path, model: Path, settings: Settings, log: Path) -> It
         "--host",
         "127.0.0.1",
     ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    raise RuntimeError(f"llama-server exited; see {log}")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.3)
-            yield url
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    url = f"http://127.0.0.1:{port}"
+    with running_process(command, log, f"{url}/health"):
+        yield url
 
 
 def measure(side: Side, args: argparse.Namespace, history: str) -> dict[str, Any]:
