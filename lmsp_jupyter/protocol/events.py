@@ -162,6 +162,10 @@ class ResponseEvent:
         return sse_frame(self.id, self.event, self.data.model_dump_json())
 
 
-def sse_frame(event_id: int, event: str, data: str) -> bytes:
-    """One SSE event: ``id``, ``event`` and one line of JSON ``data``."""
-    return f"id: {event_id}\nevent: {event}\ndata: {data}\n\n".encode()
+def sse_frame(event_id: int | None, event: str, data: str) -> bytes:
+    """One SSE event: ``id``, ``event`` and one line of JSON ``data``.
+
+    Without an id (``None``) a browser keeps the last one it saw, and resumes after it.
+    """
+    head = "" if event_id is None else f"id: {event_id}\n"
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()

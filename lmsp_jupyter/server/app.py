@@ -33,6 +33,7 @@ from ..service.store import IdempotencyRecords, ResponseRecords, Store, TaskReco
 from ..service.tasks import TaskService
 from .auth import ScopedTokens
 from .handlers import default_handlers
+from .sse import SLOW_CLIENT_SECONDS
 
 
 class PathList(List[str]):
@@ -129,6 +130,12 @@ class LmspApp(ExtensionApp):
 
     keepalive_seconds = Float(
         15.0, help="Idle seconds after which a stream sends a ': keep-alive' comment."
+    ).tag(config=True)
+
+    slow_client_seconds = Float(
+        SLOW_CLIENT_SECONDS,
+        help="Seconds a stream's client may take no data before it is dropped (it can resume "
+        "a task's events from its last event id); bounds what a stalled reader holds.",
     ).tag(config=True)
 
     store_path = Unicode(
@@ -237,6 +244,7 @@ class LmspApp(ExtensionApp):
             lmsp_default_model=self.default_model,
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.keepalive_seconds,
+            lmsp_slow_client_seconds=self.slow_client_seconds,
         )
         self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
         self._purger.start()

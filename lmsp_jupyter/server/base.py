@@ -16,9 +16,10 @@ from tornado.web import HTTPError
 from ..protocol.errors import LmspError
 from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
-from ..service.idempotency import IdempotencyKeys, Outcome, fingerprint
+from ..service.idempotency import Answer, IdempotencyKeys, Outcome, fingerprint
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
+from ..service.store import store_problem
 from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 
@@ -55,6 +56,7 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
     #: The scope each implemented method needs; methods absent here need only a valid token.
     scopes: ClassVar[dict[str, Scope]] = {}
     principal: Principal
+    _json_body: dict[str, Any] | None = None
 
     @property
     def service(self) -> ResponseService:
@@ -103,20 +105,28 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         require(self.principal, self.scopes.get(self.request.method or ""))
 
     async def idempotent(
-        self, action: Callable[[], Awaitable[tuple[int, str]]], *, wait_if_running: bool
-    ) -> Outcome:
+        self, action: Callable[[], Awaitable[Answer]], *, wait_if_running: bool
+    ) -> Outcome | None:
         """Run a creating request under its ``Idempotency-Key``, if it has one (9.2)."""
         keys: IdempotencyKeys = self.settings["lmsp_idempotency"]
+        key = self.request.headers.get("Idempotency-Key")
         outcome = await keys.once(
             self.principal.owner,
-            self.request.headers.get("Idempotency-Key"),
-            fingerprint(self.request.path, self.request.body),
+            key,
+            self._fingerprint() if key is not None else "",
             action,
             wait_if_running=wait_if_running,
         )
-        if outcome.replayed:
+        if outcome is not None and outcome.replayed:
             self.set_header("Idempotent-Replayed", "true")
         return outcome
+
+    def _fingerprint(self) -> str:
+        try:
+            value: object = self.json_body()
+        except LmspError:  # refused the same way again: its bytes are its identity
+            value = None
+        return fingerprint(self.request.path, self.request.body, value)
 
     def skip_check_origin(self) -> bool:
         """Jupyter skips the origin check for preflights and token-authenticated requests;
@@ -148,14 +158,16 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             raise LmspError("forbidden_origin", "the XSRF check failed") from None
 
     def json_body(self) -> dict[str, Any]:
-        """The request body as a JSON object, refusing other media types."""
-        limit: int = self.settings["lmsp_max_body_bytes"]
-        if len(self.request.body) > limit:
-            raise LmspError("payload_too_large", f"the body is over {limit} bytes")
-        media_type = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if media_type != "application/json":
-            raise LmspError("unsupported_media_type", "the body must be application/json")
-        return parse_json_body(self.request.body)
+        """The request body as a JSON object, refusing other media types (parsed once)."""
+        if self._json_body is None:
+            limit: int = self.settings["lmsp_max_body_bytes"]
+            if len(self.request.body) > limit:
+                raise LmspError("payload_too_large", f"the body is over {limit} bytes")
+            media_type = self.request.headers.get("Content-Type", "").split(";")[0]
+            if media_type.strip().lower() != "application/json":
+                raise LmspError("unsupported_media_type", "the body must be application/json")
+            self._json_body = parse_json_body(self.request.body)
+        return self._json_body
 
     def write_model(self, model: BaseModel, status: int = 200) -> None:
         """Send a protocol object as JSON."""
@@ -171,7 +183,9 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             code = _HTTP_ERROR_CODES.get(status_code, "internal_error")
             error = LmspError(code, getattr(exc, "log_message", None) or self._reason)
         else:
-            error = LmspError("internal_error", "the service failed; see the server log")
+            error = store_problem(exc) or LmspError(
+                "internal_error", "the service failed; see the server log"
+            )
         self.set_status(error.status)
         if error.code != "forbidden_origin":  # ``send_error`` cleared them; a browser reads this
             self.set_cors_headers()

@@ -10,6 +10,7 @@ from ..protocol.errors import LmspError
 from ..protocol.models import AuthInfo, ServiceDocument, ServiceInfo
 from ..protocol.requests import parse_response_request
 from ..protocol.tasks import Task, TaskList
+from ..service.idempotency import Answer
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
 from .openapi import OpenApiHandler
@@ -82,11 +83,16 @@ class ResponsesHandler(LmspHandler):
 
     async def post(self) -> None:
         outcome = await self.idempotent(self._respond, wait_if_running=False)
-        if not self._finished:
-            self.set_status(outcome.status)
-            self.finish(outcome.body)
+        if outcome is None or self._finished:
+            return
+        if outcome.replayed and self.json_body().get("stream") is True:
+            await EventStream(self, self.settings["lmsp_keepalive_seconds"]).replay(outcome.body)
+            self.finish()
+            return
+        self.set_status(outcome.status)
+        self.finish(outcome.body)
 
-    async def _respond(self) -> tuple[int, str]:
+    async def _respond(self) -> Answer:
         request = parse_response_request(self.json_body())
         run = await self.service.start(request, self.principal.owner)
         if not request.stream:
@@ -94,7 +100,9 @@ class ResponsesHandler(LmspHandler):
         self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
         await self._stream.send(self.service.events(run, CancelToken()))
         self.finish()
-        return 200, run.response().model_dump_json()
+        if run.status not in ("completed", "incomplete"):
+            return None  # the client left, or generation failed: no answer to give again
+        return 200, self._stream.transcript
 
     def on_connection_close(self) -> None:
         if self._stream is not None:
@@ -123,6 +131,7 @@ class TasksHandler(LmspHandler):
             return 202, task.model_dump_json()
 
         outcome = await self.idempotent(create, wait_if_running=True)
+        assert outcome is not None  # creating a task always has an answer
         task = Task.model_validate_json(outcome.body)
         if outcome.replayed:  # a replay shows the task as it stands now
             task = self.tasks.get(task.id, owner)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Protocol
@@ -13,6 +14,8 @@ from tornado.web import RequestHandler
 KEEPALIVE = b": keep-alive\n\n"
 #: How long a browser's EventSource waits before reconnecting after a drop.
 RETRY_MILLISECONDS = 2000
+#: How long a client may take nothing before it is dropped (``LmspApp.slow_client_seconds``).
+SLOW_CLIENT_SECONDS = 30.0
 
 
 class SseEvent(Protocol):
@@ -38,13 +41,28 @@ class EventStream:
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._last_write = time.monotonic()
+        self._sent: list[bytes] = []
 
-    async def send(self, events: AsyncIterator[SseEvent]) -> None:
-        """Send ``events`` until they end, or until the client disconnects."""
+    @property
+    def transcript(self) -> str:
+        """Everything sent so far but keep-alive comments: what ``replay`` sends again."""
+        return b"".join(self._sent).decode()
+
+    def _start(self) -> None:
         handler = self._handler
         handler.set_header("Content-Type", "text/event-stream; charset=utf-8")
         handler.set_header("Cache-Control", "no-cache")
         handler.set_header("X-Accel-Buffering", "no")
+
+    async def replay(self, transcript: str) -> None:
+        """Send a finished stream's ``transcript`` again, as a stream (an idempotent replay)."""
+        self._start()
+        with contextlib.suppress(StreamClosedError):  # the client left: nothing to undo
+            await self._write(transcript.encode())
+
+    async def send(self, events: AsyncIterator[SseEvent]) -> None:
+        """Send ``events`` until they end, or until the client disconnects."""
+        self._start()
         self._task = asyncio.current_task()
         self._arm()
         try:
@@ -61,11 +79,23 @@ class EventStream:
             self._task = None
             if self._timer is not None:
                 self._timer.cancel()
+            close = getattr(events, "aclose", None)
+            if close is not None:  # stop what produces the events now, not when collected
+                await close()
 
     async def _write(self, data: bytes) -> None:
+        """Write and wait until the socket took it: at most one event waits per client. A
+        client that takes nothing for ``lmsp_slow_client_seconds`` is dropped (it resumes
+        from its last event id), so it neither holds memory nor the model."""
         self._last_write = time.monotonic()
+        self._sent.append(data)
         self._handler.write(data)
-        await self._handler.flush()
+        limit: float = self._handler.settings.get("lmsp_slow_client_seconds", SLOW_CLIENT_SECONDS)
+        try:
+            await asyncio.wait_for(self._handler.flush(), limit)
+        except TimeoutError:
+            self._handler.request.connection.close()  # type: ignore[union-attr]
+            raise StreamClosedError() from None
 
     def _arm(self) -> None:
         due = self._last_write + self._keepalive

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -22,9 +23,32 @@ class Outcome:
     replayed: bool
 
 
-def fingerprint(path: str, body: bytes) -> str:
-    """What "the same request" means: the same endpoint and the same body bytes."""
-    return hashlib.sha256(path.encode() + b"\0" + body).hexdigest()
+#: What an action returns: its answer, or ``None`` when it has none to keep (it was cut short,
+#: or failed on the server's side after its reply had begun, as a stream can).
+Answer = tuple[int, str] | None
+
+
+def fingerprint(path: str, body: bytes, value: object = None) -> str:
+    """What "the same request" means: the same endpoint and the same JSON value.
+
+    ``value`` is the parsed body (``None`` when it is not JSON; then its bytes count): key
+    order, white space, escapes and ``1`` against ``1.0`` do not make another request.
+    """
+    canonical = body if value is None else _canonical(value).encode()
+    return hashlib.sha256(path.encode() + b"\0" + canonical).hexdigest()
+
+
+def _canonical(value: object) -> str:
+    def normal(node: object) -> object:
+        if isinstance(node, float) and node.is_integer():
+            return int(node)
+        if isinstance(node, dict):
+            return {key: normal(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [normal(item) for item in node]
+        return node
+
+    return json.dumps(normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _check_key(key: str) -> None:
@@ -48,23 +72,26 @@ class IdempotencyKeys:
         owner: str,
         key: str | None,
         fingerprint: str,
-        action: Callable[[], Awaitable[tuple[int, str]]],
+        action: Callable[[], Awaitable[Answer]],
         *,
         wait_if_running: bool,
-    ) -> Outcome:
+    ) -> Outcome | None:
         """Run ``action`` unless ``key`` already has an answer for this request.
 
         A stored 4xx answer is raised again; while the first attempt runs, a second one waits
-        for it (``wait_if_running``) or gets ``409 idempotency_in_progress``.
+        for it (``wait_if_running``) or gets ``409 idempotency_in_progress``. ``None``: the
+        action had no answer to keep, and the key is free again.
         """
         if key is None:
-            status, body = await action()
-            return Outcome(status, body, replayed=False)
+            answer = await action()
+            return None if answer is None else Outcome(*answer, replayed=False)
         _check_key(key)
         slot = (owner, key)
         row = self.records.get(owner, key)
         if row is not None and row["created_at"] < now() - KEY_TTL_SECONDS:
             row = None
+        if row is not None and row["status"] is None and slot not in self._running:
+            row = None  # claimed by an attempt that died with its process: never blocked
         if row is not None:
             if row["fingerprint"] != fingerprint:
                 raise LmspError(
@@ -78,10 +105,8 @@ class IdempotencyKeys:
                     )
                 await asyncio.shield(running)
                 row = self.records.get(owner, key)
-                if row is None or row["status"] is None:  # the first attempt failed with a 5xx
-                    raise LmspError(
-                        "idempotency_in_progress", "the first request with this key did not finish"
-                    )
+                if row is None:  # the first attempt kept no answer (a 5xx): this one is first
+                    return await self._first(slot, fingerprint, action)
             return _replay(row["status"], row["body"])
         return await self._first(slot, fingerprint, action)
 
@@ -89,13 +114,13 @@ class IdempotencyKeys:
         self,
         slot: tuple[str, str],
         fingerprint: str,
-        action: Callable[[], Awaitable[tuple[int, str]]],
-    ) -> Outcome:
+        action: Callable[[], Awaitable[Answer]],
+    ) -> Outcome | None:
         owner, key = slot
         self.records.begin(owner, key, fingerprint, now())
         done = self._running[slot] = asyncio.get_running_loop().create_future()
         try:
-            status, body = await action()
+            answer = await action()
         except LmspError as error:
             if error.status < 500:
                 self.records.complete(
@@ -110,8 +135,11 @@ class IdempotencyKeys:
         finally:
             del self._running[slot]
             done.set_result(None)
-        self.records.complete(owner, key, status, body)
-        return Outcome(status, body, replayed=False)
+        if answer is None:
+            self.records.forget(owner, key)
+            return None
+        self.records.complete(owner, key, *answer)
+        return Outcome(*answer, replayed=False)
 
     def purge(self) -> int:
         """Forget keys older than 24 hours."""

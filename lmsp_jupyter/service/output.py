@@ -116,6 +116,16 @@ class OutputBuilder:
             self._close_text()
         return self._take()
 
+    def abort(self) -> list[EventData]:
+        """Close the items already open, as they stand, and start none (generation failed)."""
+        self._close_reasoning()
+        if self._text is not None:
+            self._close_text()
+        if self._call is not None and self._call in self.items:  # still as it was added
+            arguments = self._raw[: self._sent_arguments]
+            self._done(self._call.model_copy(update={"arguments": arguments}))
+        return self._take()
+
     def _take(self) -> list[EventData]:
         events, self._events = self._events, []
         return events

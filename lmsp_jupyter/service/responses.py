@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import TypeAdapter
 
@@ -52,6 +54,8 @@ from .toolcalls import valid
 
 #: The owner of requests made with the Jupyter server's own credentials.
 OWNER = "jupyter"
+
+log = logging.getLogger(__name__)
 
 _CONTEXT = TypeAdapter(list[InputItem])
 
@@ -195,20 +199,21 @@ class ResponseService:
                     param=param,
                 )
 
-    async def events(self, run: ResponseRun, cancel: CancelToken) -> AsyncIterator[ResponseEvent]:
+    async def events(
+        self, run: ResponseRun, cancel: CancelToken
+    ) -> AsyncGenerator[ResponseEvent, None]:
         """Generate ``run``, yielding its events numbered from 1; exactly one is final.
 
-        With ``store: true`` the response is kept before its final event goes out. The model
-        is loaded, if it must be, before the first event; one that cannot be fails the response.
+        With ``store: true`` the response is kept before its final event goes out; if it
+        cannot be kept, the final event is ``response.failed`` instead. The model is loaded,
+        if it must be, before the first event; one that cannot be fails the response.
         """
         loaded = False
         try:
             async with self.models.manager.use(run.entry, run.keep_alive):
                 loaded = True
                 async for event in self._generate(run, cancel):
-                    if event.is_final and run.request.store and self.records is not None:
-                        self._keep(run)
-                    yield event
+                    yield self._kept(run, event) if event.is_final else event
         except (LmspError, EngineError) as exc:
             if loaded:
                 raise
@@ -217,10 +222,23 @@ class ResponseService:
                 exc if isinstance(exc, LmspError) else LmspError("generation_failed", str(exc))
             )
             yield ResponseEvent(id=1, data=ResponseCreated(response_id=run.id))
-            if run.request.store and self.records is not None:
-                self._keep(run)
             failed = ResponseFailed(response_id=run.id, error=run.error.to_problem())
-            yield ResponseEvent(id=2, data=failed)
+            yield self._kept(run, ResponseEvent(id=2, data=failed))
+
+    def _kept(self, run: ResponseRun, final: ResponseEvent) -> ResponseEvent:
+        """Keep ``run`` (``store: true``) before its ``final`` event; failing that, the final
+        event is ``response.failed``."""
+        if not run.request.store or self.records is None:
+            return final
+        try:
+            self._keep(run)
+        except Exception:
+            log.exception("response %s could not be stored", run.id)
+            run.status, run.error = "failed", _internal("could not be stored")
+            return ResponseEvent(
+                final.id, ResponseFailed(response_id=run.id, error=run.error.to_problem())
+            )
+        return final
 
     async def _generate(
         self, run: ResponseRun, cancel: CancelToken
@@ -253,10 +271,12 @@ class ResponseService:
             else (),
         )
         done: GenerationDone | None = None
+        pending: list[EventData] = []
         try:
             async for generated in self.engine.generate(run.entry, run.prompt, params, cancel):
                 if isinstance(generated, TextDelta):
-                    for data in output.feed(generated.text):
+                    pending = output.feed(generated.text)
+                    for data in pending:
                         yield event(data)
                 elif isinstance(generated, ToolCallDelta):
                     for data in output.feed_call(
@@ -265,11 +285,22 @@ class ResponseService:
                         yield event(data)
                 else:
                     done = generated
+            pending = output.finish() if done is not None else []
         except EngineError as exc:
-            run.error = _engine_problem(exc)
-        if done is not None:  # a failed generation leaves its items unfinished
-            for data in output.finish():
-                yield event(data)
+            run.error, done = _engine_problem(exc), None
+        except Exception:  # a bug must not leave the stream without its final event
+            log.exception("response %s failed", run.id)
+            run.error, done = _internal("failed"), None
+        if done is None:  # failed: the items already open end as they stand
+            if run.error is None:
+                run.error = LmspError("generation_failed", "the engine ended without a result")
+            try:
+                pending = output.abort()
+            except Exception:  # the items cannot be closed either: only the final event goes
+                log.exception("response %s: its open items cannot be closed", run.id)
+                pending = []
+        for data in pending:
+            yield event(data)
         run.output = list(output.items)
         if done is not None:
             run.usage = Usage(
@@ -334,22 +365,29 @@ def _engine_problem(error: EngineError) -> LmspError:
     return LmspError("generation_failed", str(error))
 
 
+def _valid_json(text: str | None, schema: dict[str, Any]) -> bool:
+    try:
+        return valid(json.loads(text or ""), schema)
+    except json.JSONDecodeError:
+        return False
+
+
+def _internal(what: str) -> LmspError:
+    """The error of a response that failed on the service's side (the log has the cause)."""
+    return LmspError("internal_error", f"the response {what}; see the server log")
+
+
 def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
     """A complete output that breaks its contract (the grammar should make this impossible)."""
     problems: list[str] = []
-    if decoding.schema is not None:
-        text = output.message_text or ""
-        try:
-            if not valid(json.loads(text), decoding.schema):
-                problems.append("the output does not validate against the schema")
-        except json.JSONDecodeError:
-            problems.append("the output is not JSON")
+    if decoding.schema is not None and not _valid_json(output.message_text, decoding.schema):
+        problems.append("the output is not JSON valid against the schema")
     if decoding.mode is ContentMode.FORCED_CALL:
         tools = {tool.name: tool for tool in decoding.callable_tools}
         for item in output.items:
             if isinstance(item, OutputFunctionCall):
                 tool = tools.get(item.name)
-                if tool is None or not valid(json.loads(item.arguments or "null"), tool.parameters):
+                if tool is None or not _valid_json(item.arguments, tool.parameters):
                     problems.append(f"the call of {item.name!r} does not validate")
         if not any(isinstance(item, OutputFunctionCall) for item in output.items):
             problems.append("no function call was produced")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..protocol.errors import LmspError
 from ..protocol.events import FINAL_EVENTS, sse_frame
 
 #: Each entry moves the schema one version up; the store applies the ones it has not yet.
@@ -71,6 +72,25 @@ MIGRATIONS: list[str] = [
 ]
 
 
+#: How long a write waits for another writer (it blocks the event loop meanwhile).
+BUSY_TIMEOUT_SECONDS = 5.0
+RETRY_AFTER_SECONDS = 5
+
+
+def store_problem(exc: BaseException) -> LmspError | None:
+    """The problem a failure of the store is (``None``: not one): a database locked by another
+    writer is temporary (503, retry later); a full, read-only or broken file is a 500."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return LmspError(
+            "overloaded",
+            "the store is busy; retry later",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    return LmspError("internal_error", "the store failed; see the server log")
+
+
 @dataclass(frozen=True)
 class StoredEvent:
     """An event as stored: its sequence number, name and JSON data."""
@@ -92,8 +112,9 @@ class StoredEvent:
 class Store:
     """Durable state of the service in one SQLite file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         self.path = path
+        self.busy_timeout = busy_timeout
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._migrate()
@@ -103,7 +124,7 @@ class Store:
         """This thread's connection."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            connection = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
@@ -113,15 +134,19 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction, committed on success."""
+        """A write transaction, committed on success, rolled back whole on any failure."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            db.execute("COMMIT")  # a full disk may refuse the commit itself
         except BaseException:
-            db.execute("ROLLBACK")
+            try:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            except sqlite3.Error:
+                self.close()  # a connection that cannot roll back is dropped, not reused
             raise
-        db.execute("COMMIT")
 
     def _migrate(self) -> None:
         with self.transaction() as db:

@@ -8,6 +8,7 @@ followers of a finished task read the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
@@ -19,17 +20,37 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError, Problem
-from ..protocol.events import ResponseCancelled, ResponseEvent, ResponseFailed
+from ..protocol.events import (
+    ResponseCancelled,
+    ResponseEvent,
+    ResponseFailed,
+    StreamError,
+    sse_frame,
+)
 from ..protocol.ids import new_id
 from ..protocol.requests import Metadata, parse_response_request, validate_request
 from ..protocol.responses import Response
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .responses import ResponseRun, ResponseService
-from .store import FinalState, StoredEvent, TaskRecords, now
+from .store import RETRY_AFTER_SECONDS, FinalState, StoredEvent, TaskRecords, now
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_SECONDS = 5
+#: The first wait before a final event the store refused is tried again (it doubles).
+STORE_RETRY_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The ``error`` event that ends the live followers of a task whose events cannot be
+    stored for now. It has no id: a client that reconnects resumes after the last stored one."""
+
+    problem: Problem
+
+    def to_sse(self) -> bytes:
+        """The event as SSE bytes."""
+        return sse_frame(None, "error", StreamError(error=self.problem).model_dump_json())
+
 
 _METADATA = TypeAdapter(Metadata)
 
@@ -51,15 +72,24 @@ class _Channel:
     def __init__(self) -> None:
         self.events: list[StoredEvent] = []
         self.finished = False
+        self.interrupted: Interrupted | None = None
         self._wake = asyncio.Event()
 
     def publish(self, event: StoredEvent) -> None:
         self.events.append(event)
         self.finished = event.is_final
+        self._wake_all()
+
+    def interrupt(self, problem: Problem) -> None:
+        """End the live followers with an ``error`` event (the store fails)."""
+        self.interrupted = Interrupted(problem)
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         self._wake.set()
         self._wake = asyncio.Event()
 
-    async def follow(self, after: int) -> AsyncIterator[StoredEvent]:
+    async def follow(self, after: int) -> AsyncIterator[StoredEvent | Interrupted]:
         index = after
         while True:
             while index < len(self.events):
@@ -70,6 +100,9 @@ class _Channel:
                     return
             if self.finished:  # a cursor past the final event: nothing more will come
                 return
+            if self.interrupted is not None:
+                yield self.interrupted
+                return
             await self._wake.wait()
 
 
@@ -78,6 +111,8 @@ class _Queued:
     task_id: str
     run: ResponseRun
     cancel: CancelToken = field(default_factory=CancelToken)
+    #: The id of the newest event stored.
+    last_id: int = 0
 
 
 class TaskService:
@@ -151,20 +186,49 @@ class TaskService:
             del self._workers[model_id]
 
     async def _run(self, queued: _Queued) -> None:
-        self.records.started(queued.task_id, now())
         try:
-            async for event in self.responses.events(queued.run, queued.cancel):
-                self._record(queued.task_id, queued.run, event)
+            self.records.started(queued.task_id, now())
+            events = self.responses.events(queued.run, queued.cancel)
+            async with contextlib.aclosing(events):  # a failed store stops the generation
+                async for event in events:
+                    self._record(queued.task_id, queued.run, event, queued)
         except Exception:
             log.exception("task %s failed", queued.task_id)
-            error = LmspError("internal_error", "the task failed; see the server log")
-            queued.run.status, queued.run.error = "failed", error
-            last = self.records.get(queued.task_id)
-            last_id = last["last_event_id"] if last is not None else 0
-            failed = ResponseFailed(response_id=queued.run.id, error=error.to_problem())
-            self._record(queued.task_id, queued.run, ResponseEvent(id=last_id + 1, data=failed))
+            await self._fail(queued)
 
-    def _record(self, task_id: str, run: ResponseRun, event: ResponseEvent) -> None:
+    async def _fail(self, queued: _Queued) -> None:
+        """End a task that failed on the service's side with ``response.failed``, stored.
+
+        While the store refuses it, live followers get an ``error`` event (they resume from
+        the store later) and the final event is retried until the store takes it again.
+        """
+        error = LmspError("internal_error", "the task failed; see the server log")
+        queued.run.status, queued.run.error = "failed", error
+        failed = ResponseFailed(response_id=queued.run.id, error=error.to_problem())
+        final = ResponseEvent(id=queued.last_id + 1, data=failed)
+        delay = STORE_RETRY_SECONDS
+        while not self._closing:
+            try:
+                self._record(queued.task_id, queued.run, final, queued)
+                return
+            except Exception:
+                log.warning("task %s: the store refuses its final event; retrying", queued.task_id)
+                channel = self._channels.get(queued.task_id)
+                if channel is not None and channel.interrupted is None:
+                    problem = LmspError(
+                        "internal_error", "the task's events cannot be stored now; reconnect later"
+                    ).to_problem()
+                    channel.interrupt(problem)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    def _record(
+        self,
+        task_id: str,
+        run: ResponseRun,
+        event: ResponseEvent,
+        queued: _Queued | None = None,
+    ) -> None:
         if self._closing:  # what a stopping service cut short is failed by ``recover``
             return
         stored = StoredEvent(event.id, event.event, event.data.model_dump_json())
@@ -177,6 +241,8 @@ class TaskService:
                 at=now(),
             )
         self.records.append(task_id, stored, final)
+        if queued is not None:
+            queued.last_id = event.id
         channel = self._channels.get(task_id)
         if channel is not None:
             channel.publish(stored)
@@ -231,7 +297,9 @@ class TaskService:
                 return position
         return None
 
-    def follow(self, task_id: str, owner: str, after: int) -> AsyncIterator[StoredEvent]:
+    def follow(
+        self, task_id: str, owner: str, after: int
+    ) -> AsyncIterator[StoredEvent | Interrupted]:
         """The task's events after ``after``: stored ones, then live ones until the final one.
 
         Unknown task and expired history are refused here, before any event is sent.

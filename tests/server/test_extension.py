@@ -86,9 +86,10 @@ async def test_failure_mid_stream_ends_with_one_response_failed(
         "response.output_item.added",
         "response.output_text.delta",
         "response.output_text.delta",
+        "response.output_item.done",
         "response.failed",
     ]
-    assert [e.id for e in events] == [1, 2, 3, 4, 5]
+    assert [e.id for e in events] == [1, 2, 3, 4, 5, 6]
     assert events[-1].data["status"] == "failed"
     assert events[-1].data["error"]["code"] == "generation_failed"
 

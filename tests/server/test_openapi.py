@@ -8,6 +8,7 @@ table, and status codes, media types, headers, bodies and SSE events as the docu
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections import Counter, defaultdict
@@ -45,9 +46,11 @@ Operation = schemathesis.APIOperation[Any, Any, Any, Any]
 
 
 VERBS = ("get", "head", "post", "put", "patch", "delete")
+#: ``LMSP_FUZZ_LONG=1`` runs the long form by hand (``docs/reliability.md``): ≥ 10,000 requests.
+LONG = os.environ.get("LMSP_FUZZ_LONG") == "1"
 #: Generated requests per operation and generation mode (positive, negative).
-MAX_EXAMPLES = 100
-MIN_REQUESTS = 2000
+MAX_EXAMPLES = 600 if LONG else 100
+MIN_REQUESTS = 10_000 if LONG else 2000
 #: Output tokens a generated request may ask for, so that the real model stays cheap.
 MAX_OUTPUT_TOKENS = 4
 #: Generated requests per operation and mode that name the bundled model (others get 404).

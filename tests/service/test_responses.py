@@ -407,9 +407,9 @@ async def test_failure_mid_stream_ends_with_one_response_failed_after_the_deltas
     service = service_of(ScriptedEngine(deltas=("Hel", "lo", "!"), fail_after=2))
     run = await service.start(request())
     events = await events_of(service, run)
-    assert names(events) == [CREATED, ADDED, DELTA, DELTA, "response.failed"]
-    assert deltas(events) == "Hello"
-    assert [event.id for event in events] == [1, 2, 3, 4, 5]
+    assert names(events) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.failed"]
+    assert deltas(events) == "Hello" == done_text(events)
+    assert [event.id for event in events] == [1, 2, 3, 4, 5, 6]
     assert sum(event.is_final for event in events) == 1
     failed = events[-1].data
     assert isinstance(failed, ResponseFailed)

@@ -1,0 +1,243 @@
+"""Idempotency keys under failure (9.2): never a replay of an unfinished answer, never stuck.
+
+The failures are injected in a server process of the test's own (pytest-jupyter) with a
+scripted engine — a client that leaves mid-stream, a first attempt that fails on the server's
+side — and, for a killed process, on a live server with the real model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, start_server, stop_server
+from tests.doubles import ScriptedEngine
+from tests.server import test_extension as in_process
+from tests.server.sse import Event, parse_sse
+from tests.server.test_http import assert_problem
+
+#: A server process of the test's own, with a scripted engine put behind it by ``script``.
+jp_server_config = in_process.jp_server_config
+lmsp = in_process.lmsp
+script = in_process.script
+
+BODY: dict[str, Any] = {"model": MODEL, "input": "x"}
+
+
+async def stream(client: httpx.AsyncClient, key: str, **fields: object) -> httpx.Response:
+    body = {**BODY, "stream": True, **fields}
+    response = await client.post("/responses", json=body, headers={"Idempotency-Key": key})
+    return response
+
+
+def events_of(response: httpx.Response) -> list[Event]:
+    assert response.headers["content-type"].startswith("text/event-stream"), response.text
+    events, _ = parse_sse(response.text.split("\n"))
+    return events
+
+
+async def retry_until_free(client: httpx.AsyncClient, key: str) -> httpx.Response:
+    """Retry while the first attempt is still being cut short (409), as a client would."""
+    for _ in range(200):
+        response = await stream(client, key)
+        if response.status_code != 409:
+            return response
+        await asyncio.sleep(0.05)
+    raise AssertionError("the key stayed idempotency_in_progress")
+
+
+# --- streams -----------------------------------------------------------------------------------
+
+
+async def test_a_finished_stream_replays_as_the_same_stream(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    engine = ScriptedEngine(deltas=["Hel", "lo"])
+    script(jp_serverapp, engine)
+    first = await stream(lmsp, "stream-replay")
+    again = await stream(lmsp, "stream-replay")
+    assert first.status_code == again.status_code == 200
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.headers["cache-control"] == "no-cache"
+    assert events_of(again) == events_of(first)
+    assert events_of(first)[-1].event == "response.completed"
+    assert len(engine.prompts) == 1  # generated once
+
+
+async def test_a_stream_whose_client_left_is_not_replayed_and_its_key_is_free(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    script(jp_serverapp, ScriptedEngine(deltas=["a"] * 200, delay=0.02))
+    headers = {"Idempotency-Key": "stream-left"}
+    async with lmsp.stream(
+        "POST", "/responses", json={**BODY, "stream": True}, headers=headers
+    ) as response:
+        deltas = 0
+        async for line in response.aiter_lines():
+            deltas += line == "event: response.output_text.delta"
+            if deltas == 3:
+                break
+    script(jp_serverapp, ScriptedEngine(deltas=["b"]))
+    again = await retry_until_free(lmsp, "stream-left")
+    assert again.status_code == 200
+    assert "idempotent-replayed" not in again.headers
+    events = events_of(again)
+    assert [e.event for e in events][-1] == "response.completed"
+    assert "".join(e.data["delta"] for e in events if "delta" in e.data) == "b"
+
+
+async def test_a_stream_that_failed_on_the_server_frees_its_key(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], fail_after=1))
+    failed = events_of(await stream(lmsp, "stream-failed"))
+    assert failed[-1].event == "response.failed"
+    script(jp_serverapp, ScriptedEngine(deltas=["ok"]))
+    again = await stream(lmsp, "stream-failed")
+    assert "idempotent-replayed" not in again.headers
+    events = events_of(again)
+    assert events[-1].event == "response.completed"
+    assert events[0].data["response_id"] != failed[0].data["response_id"]
+
+
+async def test_a_stream_refused_before_it_starts_replays_the_same_problem(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    script(jp_serverapp, ScriptedEngine())
+    first = await stream(lmsp, "stream-400", temperature=9)
+    again = await stream(lmsp, "stream-400", temperature=9)
+    assert assert_problem(first, 400, "invalid_request") == assert_problem(
+        again, 400, "invalid_request"
+    )
+    assert again.headers["idempotent-replayed"] == "true"
+
+
+# --- synchronous requests ----------------------------------------------------------------------
+
+
+async def test_a_5xx_first_attempt_is_not_kept(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    headers = {"Idempotency-Key": "sync-5xx"}
+    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], fail_after=1))
+    first = await lmsp.post("/responses", json=BODY, headers=headers)
+    assert_problem(first, 500, "generation_failed")
+    script(jp_serverapp, ScriptedEngine(deltas=["ok"]))
+    again = await lmsp.post("/responses", json=BODY, headers=headers)
+    assert again.status_code == 200
+    assert "idempotent-replayed" not in again.headers
+    assert again.json()["output"][0]["content"][0]["text"] == "ok"
+    replay = await lmsp.post("/responses", json=BODY, headers=headers)
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.json() == again.json()
+
+
+async def test_the_same_json_value_is_the_same_request(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    script(jp_serverapp, ScriptedEngine())
+    headers = {"Idempotency-Key": "same-value", "Content-Type": "application/json"}
+    first = await lmsp.post(
+        "/responses",
+        content=json.dumps({"model": MODEL, "input": "A", "temperature": 1}),
+        headers=headers,
+    )
+    spellings = [
+        '{"input":"A","model":"' + MODEL + '","temperature":1}',
+        '{ "temperature" : 1.0 ,\n "input" : "\\u0041", "model": "' + MODEL + '" }',
+        '{"model": "' + MODEL + '", "input": "A", "temperature": 1e0}',
+    ]
+    for spelling in spellings:
+        again = await lmsp.post("/responses", content=spelling, headers=headers)
+        assert again.headers.get("idempotent-replayed") == "true", spelling
+        assert again.json() == first.json()
+    other = '{"model": "' + MODEL + '", "input": "A", "temperature": 1.5}'
+    reused = await lmsp.post("/responses", content=other, headers=headers)
+    assert_problem(reused, 422, "idempotency_key_reused")
+
+
+def test_a_key_is_scoped_to_its_token(live_server: LiveServer) -> None:
+    key = {"Idempotency-Key": "shared-key"}
+    body = {**BODY, "temperature": 0, "max_output_tokens": 1}
+    with live_server.client() as mine, live_server.client(token=EDITOR_TOKEN) as editor:
+        first = mine.post("/responses", json=body, headers=key)
+        theirs = editor.post("/responses", json={**body, "input": "other"}, headers=key)
+        assert first.status_code == theirs.status_code == 200
+        assert "idempotent-replayed" not in theirs.headers
+        assert theirs.json()["id"] != first.json()["id"]
+        again = editor.post("/responses", json={**body, "input": "other"}, headers=key)
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json()["id"] == theirs.json()["id"]
+        assert mine.post("/responses", json=body, headers=key).json()["id"] == first.json()["id"]
+
+
+# --- a killed process --------------------------------------------------------------------------
+
+
+def claimed_keys(store: Path) -> set[str]:
+    """The keys whose first attempt is running, as the store has them."""
+    with sqlite3.connect(store) as db:
+        return {row[0] for row in db.execute("SELECT key FROM idempotency WHERE status IS NULL")}
+
+
+def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "lmsp.sqlite3"
+    config = {"LmspApp": {"store_path": str(store)}}
+    body = {"model": MODEL, "input": "Write a long story.", "temperature": 0}
+    keys = {
+        "sync": {"Idempotency-Key": "killed-sync"},
+        "stream": {"Idempotency-Key": "killed-stream"},
+    }
+    server = start_server(tmp_path / "first", config=config)
+    with ThreadPoolExecutor(2) as pool, server.client() as client:
+        replies = [
+            pool.submit(client.post, "/responses", json=body, headers=keys["sync"]),
+            pool.submit(
+                client.post, "/responses", json={**body, "stream": True}, headers=keys["stream"]
+            ),
+        ]
+        while claimed_keys(store) != {"killed-sync", "killed-stream"}:
+            time.sleep(0.05)
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait()
+        for reply in replies:
+            with pytest.raises(httpx.TransportError):
+                reply.result()
+    assert claimed_keys(store) == {"killed-sync", "killed-stream"}
+    again = start_server(tmp_path / "second", config=config)
+    try:
+        with again.client() as client:
+            short = {**body, "max_output_tokens": 2}
+            response = client.post("/responses", json=short, headers=keys["sync"])
+            assert response.status_code == 200, response.text
+            assert "idempotent-replayed" not in response.headers
+            assert response.json()["status"] == "incomplete"
+            short["stream"] = True
+            response = client.post("/responses", json=short, headers=keys["stream"])
+            assert response.status_code == 200, response.text
+            assert "idempotent-replayed" not in response.headers
+            events, _ = parse_sse(response.text.split("\n"))
+            assert events[-1].event == "response.incomplete"
+            replay = client.post("/responses", json=short, headers=keys["stream"])
+            assert replay.headers["idempotent-replayed"] == "true"
+            assert parse_sse(replay.text.split("\n"))[0] == events
+    finally:
+        stop_server(again)

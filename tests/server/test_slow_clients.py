@@ -1,0 +1,64 @@
+"""A client that stops reading is dropped, holds no unbounded memory, slows no one, resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import MODEL
+from tests.doubles import ScriptedEngine
+from tests.server import test_extension as in_process
+from tests.server.sse import parse_sse
+
+lmsp = in_process.lmsp
+script = in_process.script
+#: 60 deltas of 256 KiB (64 Ki four-byte characters, under the 4 Mi characters an output
+#: text may have): far more than the socket buffers of a client that does not read can hold.
+BIG = "\N{GRINNING FACE}" * 65536
+COUNT = 60
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    lmsp = {"ollama_dir": "", "huggingface_cache_dir": "", "slow_client_seconds": 3}
+    return {"ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}}, "LmspApp": lmsp}
+
+
+async def test_a_follower_that_stops_reading_is_dropped_and_resumes_from_its_last_id(
+    jp_serverapp: Any, lmsp: httpx.AsyncClient, jp_http_port: int, jp_base_url: str
+) -> None:
+    script(jp_serverapp, ScriptedEngine(deltas=[BIG] * COUNT, delay=0.01))
+    body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
+    task = (await lmsp.post("/tasks", json=body)).json()
+    path = f"{jp_base_url}lmsp/v1/tasks/{task['id']}/events"
+    token = lmsp.headers["Authorization"]
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # no autotuning either
+    sock.connect(("127.0.0.1", jp_http_port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=2**16)
+    host = f"127.0.0.1:{jp_http_port}"
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {token}\r\n\r\n".encode())
+    await writer.drain()
+    # Meanwhile a reading follower gets every event, undisturbed by the stalled one.
+    async with lmsp.stream("GET", f"/tasks/{task['id']}/events") as response:
+        events, _ = parse_sse([line async for line in response.aiter_lines()])
+    assert events[-1].event == "response.completed"
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    # The stalled follower was dropped: what it can still read ends, well short of everything.
+    received = b""
+    while chunk := await asyncio.wait_for(reader.read(2**20), 60):
+        received += chunk
+    writer.close()
+    head, _, stream = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert len(stream) < COUNT * len(BIG.encode())
+    ids = [int(line[4:]) for line in stream.split(b"\n") if line.startswith(b"id: ")]
+    assert ids and ids[-1] < len(events)
+    resumed = await lmsp.get(f"/tasks/{task['id']}/events", headers={"Last-Event-ID": str(ids[-1])})
+    rest, _ = parse_sse(resumed.text.split("\n"))
+    assert [e.id for e in rest] == list(range(ids[-1] + 1, len(events) + 1))
+    assert rest[-1].event == "response.completed"

@@ -1,0 +1,352 @@
+"""Every stream ends properly whatever fails inside (6.3), and storage faults (store: SQLite).
+
+A scripted engine injects engine failures and bugs; the store fails for real where the machine
+allows it (a locked database; a full or read-only tmpfs, when this process may mount one) and
+through a connection wrapper otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.generation import (
+    CancelToken,
+    GenerationEvent,
+    Prompt,
+    SamplingParams,
+    TextDelta,
+)
+from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, ResponseFailed
+from lmsp_jupyter.protocol.requests import parse_response_request
+from lmsp_jupyter.service.models import ModelDirectory
+from lmsp_jupyter.service.responses import ResponseService
+from lmsp_jupyter.service.store import (
+    ResponseRecords,
+    Store,
+    StoredEvent,
+    TaskRecords,
+    store_problem,
+)
+from lmsp_jupyter.service.tasks import Interrupted, TaskService
+from tests.conftest import MODEL
+from tests.doubles import ScriptedEngine
+
+CREATED, ADDED, DELTA, DONE = (
+    "response.created",
+    "response.output_item.added",
+    "response.output_text.delta",
+    "response.output_item.done",
+)
+
+
+@dataclass
+class BuggyEngine(ScriptedEngine):
+    """Plays its deltas, then fails with an exception that is not an ``EngineError``."""
+
+    async def generate(
+        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
+    ) -> AsyncIterator[GenerationEvent]:
+        for delta in self.deltas:
+            await asyncio.sleep(self.delay)
+            yield TextDelta(delta)
+        raise RuntimeError("a bug")
+
+
+@dataclass
+class SilentEngine(ScriptedEngine):
+    """Plays its deltas and stops without saying how generation ended."""
+
+    async def generate(
+        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
+    ) -> AsyncIterator[GenerationEvent]:
+        for delta in self.deltas:
+            yield TextDelta(delta)
+
+
+class FaultyStore(Store):
+    """A real store whose statements fail while ``fault`` is set and match ``on``."""
+
+    fault: sqlite3.Error | None = None
+    on: tuple[str, ...] = ("INSERT", "UPDATE", "DELETE", "COMMIT")
+
+    @property
+    def db(self) -> Any:
+        return _Faulty(super().db, self)
+
+
+class _Faulty:
+    def __init__(self, real: sqlite3.Connection, store: FaultyStore) -> None:
+        self._real, self._store = real, store
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if self._store.fault is not None and sql.lstrip().upper().startswith(self._store.on):
+            raise self._store.fault
+        return self._real.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def services(engine: Any, store: Store) -> tuple[ResponseService, TaskService]:
+    directory = ModelDirectory(ModelCatalog(include_bundled=True), engine)
+    responses = ResponseService(directory, engine, ResponseRecords(store))
+    return responses, TaskService(responses, TaskRecords(store))
+
+
+def request(**fields: Any) -> Any:
+    return parse_response_request({"model": MODEL, "input": "Hi", **fields})
+
+
+def names(events: list[Any]) -> list[str]:
+    return [event.event for event in events]
+
+
+def assert_one_final_last(events: list[ResponseEvent] | list[StoredEvent]) -> None:
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True]
+
+
+def integrity(path: Path) -> str:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        result: str = db.execute("PRAGMA integrity_check").fetchone()[0]
+    return result
+
+
+# --- direct streams ----------------------------------------------------------------------------
+
+
+async def test_an_engine_bug_ends_the_stream_with_open_items_done_and_one_failed(
+    tmp_path: Path,
+) -> None:
+    responses, _ = services(BuggyEngine(deltas=("Hel", "lo")), Store(tmp_path / "s.db"))
+    run = await responses.start(request())
+    events = [event async for event in responses.events(run, CancelToken())]
+    assert names(events) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.failed"]
+    assert_one_final_last(events)
+    done = events[-2].data
+    assert isinstance(done, OutputItemDone)
+    assert done.item.model_dump()["content"][0]["text"] == "Hello"
+    failed = events[-1].data
+    assert isinstance(failed, ResponseFailed)
+    assert (failed.error.code, failed.error.status) == ("internal_error", 500)
+    assert "bug" not in (failed.error.detail or "")  # the log has the cause, not the client
+    assert run.response().output == [done.item]
+
+
+async def test_an_engine_that_stops_without_its_end_fails_the_generation(tmp_path: Path) -> None:
+    responses, _ = services(SilentEngine(deltas=("a",)), Store(tmp_path / "s.db"))
+    run = await responses.start(request())
+    events = [event async for event in responses.events(run, CancelToken())]
+    assert names(events) == [CREATED, ADDED, DELTA, DONE, "response.failed"]
+    assert events[-1].data.model_dump()["error"]["code"] == "generation_failed"
+
+
+async def test_a_response_that_cannot_be_stored_ends_with_response_failed(
+    tmp_path: Path,
+) -> None:
+    store = FaultyStore(tmp_path / "s.db")
+    responses, _ = services(ScriptedEngine(deltas=("ok",)), store)
+    run = await responses.start(request(store=True))
+    store.fault = sqlite3.OperationalError("database or disk is full")
+    events = [event async for event in responses.events(run, CancelToken())]
+    assert names(events) == [CREATED, ADDED, DELTA, DONE, "response.failed"]
+    assert_one_final_last(events)
+    assert run.response().status == "failed"
+    store.fault = None
+    assert responses.records is not None and responses.records.get(run.id, run.owner) is None
+    assert integrity(store.path) == "ok"
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+async def follow_all(tasks: TaskService, task_id: str, after: int = 0) -> list[Any]:
+    return [event async for event in tasks.follow(task_id, "jupyter", after)]
+
+
+async def wait_final(tasks: TaskService, task_id: str) -> None:
+    for _ in range(500):
+        if tasks.get(task_id, "jupyter").status not in ("queued", "in_progress"):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the task never ended")
+
+
+async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: Path) -> None:
+    _, tasks = services(BuggyEngine(deltas=("Hel", "lo"), delay=0.01), Store(tmp_path / "s.db"))
+    task = await tasks.create(
+        {"type": "response", "request": {"model": MODEL, "input": "x"}}, "jupyter"
+    )
+    live = await follow_all(tasks, task.id)
+    await wait_final(tasks, task.id)
+    stored = await follow_all(tasks, task.id)
+    assert [e.to_sse() for e in stored] == [e.to_sse() for e in live]
+    assert names(stored) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.failed"]
+    assert_one_final_last(stored)
+    result = tasks.get(task.id, "jupyter")
+    assert result.status == "failed" and result.result is not None
+    assert result.last_event_id == len(stored)
+    assert result.result.output[0].model_dump()["content"][0]["text"] == "Hello"
+
+
+async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("lmsp_jupyter.service.tasks.STORE_RETRY_SECONDS", 0.01)
+    store = FaultyStore(tmp_path / "s.db")
+    engine = ScriptedEngine(deltas=("a",) * 50, delay=0.01)
+    _, tasks = services(engine, store)
+    task = await tasks.create(
+        {"type": "response", "request": {"model": MODEL, "input": "x"}}, "jupyter"
+    )
+    live: list[Any] = []
+    async for event in tasks.follow(task.id, "jupyter", 0):
+        live.append(event)
+        if len(live) == 4:
+            store.fault = sqlite3.OperationalError("database or disk is full")
+    assert isinstance(live[-1], Interrupted)
+    frame = live[-1].to_sse().decode()
+    assert frame.startswith("event: error\ndata: ") and "id:" not in frame
+    received = live[:-1]
+    assert_one_final_last([*received, StoredEvent(len(received) + 1, "response.failed", "{}")])
+    await asyncio.sleep(0.1)
+    assert tasks.records.get(task.id)["status"] == "in_progress"  # not final until stored
+    store.fault = None
+    await wait_final(tasks, task.id)
+    stored = await follow_all(tasks, task.id)
+    assert [e.to_sse() for e in stored[: len(received)]] == [e.to_sse() for e in received]
+    assert_one_final_last(stored)
+    assert stored[-1].event == "response.failed"
+    assert tasks.get(task.id, "jupyter").status == "failed"
+    assert integrity(store.path) == "ok"
+
+
+# --- the store itself -----------------------------------------------------------------------------
+
+
+def append_one(records: TaskRecords, task_id: str, event_id: int) -> None:
+    records.append(task_id, StoredEvent(event_id, "response.created", "{}"))
+
+
+def new_task(records: TaskRecords, task_id: str) -> None:
+    records.insert(task_id=task_id, owner="o", model="m", response_id="r", request="{}", at=1)
+
+
+def test_a_commit_refused_by_a_full_disk_rolls_back_and_the_store_recovers(
+    tmp_path: Path,
+) -> None:
+    store = FaultyStore(tmp_path / "s.db")
+    records = TaskRecords(store)
+    new_task(records, "t")
+    append_one(records, "t", 1)
+    store.fault, store.on = sqlite3.OperationalError("database or disk is full"), ("COMMIT",)
+    with pytest.raises(sqlite3.OperationalError) as info:
+        append_one(records, "t", 2)
+    problem = store_problem(info.value)
+    assert problem is not None and (problem.code, problem.status) == ("internal_error", 500)
+    store.fault = None
+    assert [e.id for e in records.events_after("t", 0)] == [1]  # nothing half-written
+    append_one(records, "t", 2)
+    assert [e.id for e in records.events_after("t", 0)] == [1, 2]
+    assert integrity(store.path) == "ok"
+
+
+def test_a_locked_database_is_503_overloaded_and_the_store_recovers(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db", busy_timeout=0.05)
+    records = TaskRecords(store)
+    new_task(records, "t")
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError) as info:
+            append_one(records, "t", 1)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    problem = store_problem(info.value)
+    assert problem is not None
+    assert (problem.code, problem.status) == ("overloaded", 503)
+    assert problem.headers["Retry-After"] == "5"
+    append_one(records, "t", 1)
+    assert [e.id for e in records.events_after("t", 0)] == [1]
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (skipped where this process may not mount one)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    filler = directory / "filler"
+    with filler.open("wb") as file, contextlib.suppress(OSError):
+        while True:
+            file.write(b"\0" * 65536)
+            file.flush()
+    return filler
+
+
+def test_a_full_disk_fails_writes_and_the_store_recovers_when_space_returns(
+    tiny_filesystem: Path,
+) -> None:
+    store = Store(tiny_filesystem / "s.db")
+    records = TaskRecords(store)
+    new_task(records, "t")
+    append_one(records, "t", 1)
+    filler = fill(tiny_filesystem)
+    failures = 0
+    for event_id in range(2, 200):  # until a page must grow the file
+        try:
+            records.append("t", StoredEvent(event_id, "response.created", "x" * 4000))
+        except sqlite3.Error as exc:
+            problem = store_problem(exc)
+            assert problem is not None and problem.status in (500, 503)
+            failures += 1
+            break
+    assert failures == 1
+    kept = [e.id for e in records.events_after("t", 0)]
+    filler.unlink()
+    append_one(records, "t", kept[-1] + 1)
+    assert [e.id for e in records.events_after("t", 0)] == [*kept, kept[-1] + 1]
+    assert integrity(store.path) == "ok"
+
+
+def test_a_read_only_file_system_fails_writes_and_the_store_recovers(
+    tiny_filesystem: Path,
+) -> None:
+    store = Store(tiny_filesystem / "s.db")
+    records = TaskRecords(store)
+    new_task(records, "t")
+    append_one(records, "t", 1)
+    store.close()  # a file open for writing keeps the mount from turning read-only
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_filesystem)], check=True)
+    try:
+        with pytest.raises(sqlite3.Error) as info:
+            append_one(records, "t", 2)
+        problem = store_problem(info.value)
+        assert problem is not None and problem.status in (500, 503)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(tiny_filesystem)], check=True)
+    append_one(records, "t", 2)
+    assert [e.id for e in records.events_after("t", 0)] == [1, 2]
+    assert integrity(store.path) == "ok"
