@@ -220,7 +220,7 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
     received = live[:-1]
     assert_one_final_last([*received, StoredEvent(len(received) + 1, "response.failed", "{}")])
     await asyncio.sleep(0.1)
-    assert tasks.records.get(task.id)["status"] == "in_progress"  # not final until stored
+    assert tasks.get(task.id, "jupyter").status == "in_progress"  # not final until stored
     store.fault = None
     await wait_final(tasks, task.id)
     stored = await follow_all(tasks, task.id)
