@@ -239,7 +239,9 @@ def append_one(records: TaskRecords, task_id: str, event_id: int) -> None:
 
 
 def new_task(records: TaskRecords, task_id: str) -> None:
-    records.insert(task_id=task_id, owner="o", model="m", response_id="r", request="{}", at=1)
+    records.insert(
+        task_id=task_id, owner="o", model="m", response_id="r", request="{}", at=1, metadata={}
+    )
 
 
 def test_a_commit_refused_by_a_full_disk_rolls_back_and_the_store_recovers(
