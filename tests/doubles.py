@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import (
@@ -52,7 +53,7 @@ class ScriptedEngine:
         entry: ModelEntry,
         messages: Sequence[ChatMessage],
         tools: Sequence[object] = (),
-        grammar: str | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Prompt:
         self.prompts.append(messages)
         text = "\n".join(m.content for m in messages)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from .catalog import ModelEntry
 from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
@@ -62,9 +62,11 @@ class GenerationBackend(Protocol):
         entry: ModelEntry,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec] = (),
-        grammar: str | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Prompt:
-        """The prompt for ``messages`` and ``tools``, checked before any generation."""
+        """The prompt for ``messages`` and ``tools``, checked before any generation; a
+        ``schema`` (what ``SamplingParams.schema`` will enforce) the backend cannot enforce
+        raises ``GrammarError``."""
         ...
 
     def generate(

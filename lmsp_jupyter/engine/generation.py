@@ -72,12 +72,10 @@ class SamplingParams:
     seed: int | None = None
     #: Text that ends generation; it never reaches the output, not even in part.
     stop: tuple[str, ...] = ()
-    #: A GBNF grammar (llama.cpp's format) every generated token must keep to.
-    grammar: str | None = None
-    #: The JSON Schema the answer must validate against (what ``grammar`` enforces), for
-    #: engines that constrain decoding from a schema rather than from a grammar.
+    #: A JSON Schema the generated text must be an instance of, enforced while decoding (the
+    #: answer's schema, or for a forced call the ``{"name", "arguments"}`` envelope).
     schema: dict[str, Any] | None = None
-    #: The tools one of which must be called (what ``grammar`` enforces); empty: not forced.
+    #: The tools one of which must be called (``schema`` is then their call envelope).
     forced_tools: tuple[str, ...] = ()
 
 
@@ -116,7 +114,7 @@ GenerationEvent = TextDelta | ToolCallDelta | GenerationDone
 
 
 class GrammarError(ValueError):
-    """llama.cpp cannot compile a grammar."""
+    """A schema the decoder cannot enforce."""
 
 
 class EngineError(Exception):

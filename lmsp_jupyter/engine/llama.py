@@ -5,23 +5,26 @@ from __future__ import annotations
 import codecs
 import ctypes
 import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
-from llama_cpp.llama_grammar import LlamaGrammar
+import numpy as np
+from llguidance.llamacpp import lltokenizer_from_vocab
 
 from .generation import (
     CancelToken,
     EngineError,
     GenerationDone,
     GenerationEvent,
-    GrammarError,
     Prompt,
     SamplingParams,
     StopReason,
     TextDelta,
 )
+from .guidance import SchemaCompiler, SchemaMatcher
 
 # llama.cpp logs through this logger; below ERROR it floods the server's stderr.
 logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -45,6 +48,7 @@ class LlamaTokenizer:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.bos_token = self._token_text(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token = self._token_text(llama_cpp.llama_vocab_eos(self._vocab))
+        self._schemas: SchemaCompiler | None = None
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -65,12 +69,18 @@ class LlamaTokenizer:
             raise EngineError("the prompt could not be tokenized")
         return list(tokens[:count])
 
-    def check_grammar(self, grammar: str) -> None:
-        """Compile a GBNF grammar against this vocabulary; one llama.cpp refuses raises."""
-        sampler = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
-        if not sampler:
-            raise GrammarError("llama.cpp cannot compile the grammar")
-        llama_cpp.llama_sampler_free(sampler)
+    @property
+    def schemas(self) -> SchemaCompiler:
+        """JSON Schemas compiled against this vocabulary (built on first use, in about a
+        second); it uses the vocabulary, so it must not outlive ``close``. Thread-safe."""
+        if self._schemas is None:
+            count = llama_cpp.llama_vocab_n_tokens(self._vocab)
+            ends = [t for t in range(count) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
+            with warnings.catch_warnings():  # llguidance's bridge calls a deprecated function
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=ends)
+            self._schemas = SchemaCompiler(tokenizer)
+        return self._schemas
 
     def close(self) -> None:
         """Free the vocabulary."""
@@ -96,6 +106,7 @@ class LlamaRunner:
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineError(f"{path.name} could not be loaded") from exc
         self._vocab = self._llm._model.vocab
+        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         # llama.cpp rounds its context up (to a multiple of 256); the window callers were
         # promised is the one asked for, so that is the one generation keeps to.
         self.context_size = context_size
@@ -110,8 +121,15 @@ class LlamaRunner:
         params: SamplingParams,
         cancel: CancelToken,
         emit: Callable[[GenerationEvent], None],
+        matcher: SchemaMatcher | None = None,
     ) -> None:
-        """Generate from ``prompt``, calling ``emit`` per text delta and once at the end."""
+        """Generate from ``prompt``, calling ``emit`` per text delta and once at the end.
+
+        With a ``matcher`` every token keeps to its schema, checked lazily: a sampled token
+        it allows is kept, otherwise the logits are masked and the token sampled again (the
+        same token as masking first, at temperature 0). Tokens the schema forces are appended
+        without sampling, and generation ends once the JSON is whole.
+        """
         limit = min(params.max_tokens, self.context_size - len(prompt.tokens))
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         count = 0
@@ -120,34 +138,45 @@ class LlamaRunner:
         # changes llama.cpp's batch shapes and with them the last bits of the logits.
         self._llm.reset()  # type: ignore[no-untyped-call]
         temperature = DEFAULT_TEMPERATURE if params.temperature is None else params.temperature
-        grammar = LlamaGrammar.from_string(params.grammar) if params.grammar else None
-        tokens = self._llm.generate(
-            prompt.tokens,
-            temp=temperature,
-            top_k=_TOP_K,
-            top_p=_TOP_P,
-            min_p=_MIN_P,
-            reset=False,
-            grammar=grammar,
+        sampler = self._llm._init_sampler(
+            top_k=_TOP_K, top_p=_TOP_P, min_p=_MIN_P, temp=temperature
         )
-        if cancel.cancelled:
-            reason = "cancelled"
-        else:
-            for token in tokens:
-                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                    break
+        pending = list(prompt.tokens)
+        while True:
+            if cancel.cancelled:
+                reason = "cancelled"
+                break
+            self._llm.eval(pending)
+            pending = (matcher.forced() if matcher else []) or [self._sample(sampler, matcher)]
+            if llama_cpp.llama_vocab_is_eog(self._vocab, pending[0]):
+                break
+            for token in pending[: limit - count]:
+                if matcher is not None:
+                    matcher.accept(token)
                 count += 1
                 text = decoder.decode(self._llm.detokenize([token]))
                 if text:
                     emit(TextDelta(text))
-                if cancel.cancelled:
-                    reason = "cancelled"
-                    break
-                if count >= limit:
-                    reason = "max_tokens" if count >= params.max_tokens else "context_length"
-                    break
-            tokens.close()
+            if cancel.cancelled:
+                reason = "cancelled"
+                break
+            if count >= limit:
+                reason = "max_tokens" if count >= params.max_tokens else "context_length"
+                break
+            if matcher is not None and matcher.finished():
+                break
         tail = decoder.decode(b"", final=True)
         if tail:
             emit(TextDelta(tail))
         emit(GenerationDone(reason=reason, prompt_tokens=len(prompt.tokens), output_tokens=count))
+
+    def _sample(self, sampler: Any, matcher: SchemaMatcher | None) -> int:
+        """The next token: sampled, and if the matcher refuses it, sampled again from the
+        logits masked in place (llama.cpp's own buffer, which the sampler reads)."""
+        context = self._llm._ctx
+        token: int = sampler.sample(context, -1)
+        if matcher is not None and not matcher.allows(token):
+            pointer = context.get_logits_ith(-1)
+            matcher.mask_logits(np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)))
+            token = sampler.sample(context, -1)
+        return token

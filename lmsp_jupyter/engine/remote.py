@@ -251,7 +251,7 @@ class RemoteEngine:
         entry: ModelEntry,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec] = (),
-        grammar: str | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Prompt:
         """The messages and tools to send; the server renders them with its own template.
 
@@ -336,7 +336,7 @@ class RemoteEngine:
             body["tool_choice"] = {"type": "function", "function": {"name": params.forced_tools[0]}}
         elif params.forced_tools:
             body["tool_choice"] = "required"
-        if params.schema is not None:
+        if params.schema is not None and not params.forced_tools:
             body["response_format"] = self._response_format(params.schema)
         return body
 
@@ -352,7 +352,7 @@ class RemoteEngine:
         """Whether the server refused OpenAI's ``json_schema`` form that ``auto`` tried first
         (an error naming ``response_format``: llama-cpp-python's server answers 500); if so,
         it gets the other form from now on."""
-        if params.schema is None or self._format != "auto":
+        if params.schema is None or params.forced_tools or self._format != "auto":
             return False
         if response.status_code in _UNAVAILABLE_STATUSES or "response_format" not in response.text:
             return False

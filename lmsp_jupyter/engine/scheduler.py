@@ -9,6 +9,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from .catalog import ModelEntry
 from .generation import (
@@ -17,10 +18,12 @@ from .generation import (
     EngineError,
     GenerationDone,
     GenerationEvent,
+    GrammarError,
     Prompt,
     SamplingParams,
     ToolSpec,
 )
+from .guidance import SchemaMatcher
 from .llama import LlamaRunner, LlamaTokenizer
 from .memory import footprint
 from .templates import THINK_OPEN, ChatTemplate, fallback_template
@@ -54,9 +57,20 @@ class _ModelWorker:
         return self._runner is not None
 
     def render(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], grammar: str | None
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], schema: Any
     ) -> Prompt:
-        """Render, tokenize and check the grammar; runs on the tokenizer thread."""
+        """Render, tokenize and compile the schema; runs on the tokenizer thread."""
+        template, tokenizer = self._tokenizer()
+        if schema is not None:
+            tokenizer.schemas.matcher(schema)
+        text = template.render(messages, tools)
+        return Prompt(text=text, tokens=tokenizer.tokenize(text))
+
+    def matcher(self, schema: Any) -> SchemaMatcher:
+        """A sequence's matcher of ``schema``; runs on the tokenizer thread."""
+        return self._tokenizer()[1].schemas.matcher(schema)
+
+    def _tokenizer(self) -> tuple[ChatTemplate, LlamaTokenizer]:
         if self._template is None:
             tokenizer = LlamaTokenizer(self.entry.path())
             template = ChatTemplate(
@@ -65,11 +79,7 @@ class _ModelWorker:
                 eos_token=tokenizer.eos_token,
             )
             self._template = (template, tokenizer)
-        template, tokenizer = self._template
-        if grammar is not None:
-            tokenizer.check_grammar(grammar)
-        text = template.render(messages, tools)
-        return Prompt(text=text, tokens=tokenizer.tokenize(text))
+        return self._template
 
     def runner(self) -> LlamaRunner:
         """The loaded model, loading it on first use; runs on the generator thread."""
@@ -156,13 +166,13 @@ class Engine:
         entry: ModelEntry,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec] = (),
-        grammar: str | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Prompt:
         """The model's prompt for ``messages`` (and ``tools``) through its chat template,
-        tokenized; a ``grammar`` llama.cpp cannot compile raises ``GrammarError``."""
+        tokenized; a ``schema`` llguidance cannot compile for the model raises ``GrammarError``."""
         worker = self._worker(entry)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(worker.tokenizer, worker.render, messages, tools, grammar)
+        return await loop.run_in_executor(worker.tokenizer, worker.render, messages, tools, schema)
 
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
@@ -174,6 +184,14 @@ class Engine:
         """
         worker = self._worker(entry)
         loop = asyncio.get_running_loop()
+        matcher: SchemaMatcher | None = None
+        if params.schema is not None:
+            try:
+                matcher = await loop.run_in_executor(
+                    worker.tokenizer, worker.matcher, params.schema
+                )
+            except GrammarError as exc:
+                raise EngineError(str(exc)) from None
         queue: asyncio.Queue[GenerationEvent | BaseException] = asyncio.Queue()
 
         def emit(event: GenerationEvent | BaseException) -> None:
@@ -182,7 +200,7 @@ class Engine:
 
         def job() -> None:
             try:
-                worker.runner().generate(prompt, params, cancel, emit)
+                worker.runner().generate(prompt, params, cancel, emit, matcher)
             except Exception as exc:  # every failure reaches the consumer, none kills the worker
                 log.exception("generation with %s failed", entry.id)
                 emit(exc)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.generation import GrammarError, ToolSpec
-from ..engine.grammar import check_enforceable, json_schema_grammar
+from ..engine.guidance import check_schema
 from ..protocol.errors import LmspError
 from ..protocol.requests import FunctionTool, JsonSchemaFormat, NamedToolChoice, ResponseRequest
 from .output import ContentMode
@@ -14,14 +14,20 @@ from .output import ContentMode
 
 @dataclass(frozen=True)
 class DecodingPlan:
-    """The content mode, the grammar that enforces it, and what the final output must satisfy."""
+    """The content mode, the schema decoding enforces, and what the final output must satisfy."""
 
     mode: ContentMode
-    grammar: str | None = None
+    #: The JSON Schema every generated text is held to while decoding, if any.
+    constraint: dict[str, Any] | None = None
     tools: tuple[ToolSpec, ...] = ()
     #: The schema the message text must validate against (structured output).
     schema: dict[str, Any] | None = None
     callable_tools: tuple[FunctionTool, ...] = field(default=())
+
+    @property
+    def constraint_param(self) -> str:
+        """The request field a refused ``constraint`` comes from."""
+        return "response_format" if self.schema is not None else "tools"
 
 
 def plan(request: ResponseRequest) -> DecodingPlan:
@@ -35,15 +41,15 @@ def plan(request: ResponseRequest) -> DecodingPlan:
         chosen = [
             t for t in tools if not isinstance(choice, NamedToolChoice) or t.name == choice.name
         ]
-        grammar = _grammar(_call_schema(chosen), "tools", ["name", "arguments"])
-        return DecodingPlan(ContentMode.FORCED_CALL, grammar, specs, callable_tools=tuple(chosen))
+        envelope = _call_schema(chosen)
+        _enforceable(envelope, "tools")
+        return DecodingPlan(ContentMode.FORCED_CALL, envelope, specs, callable_tools=tuple(chosen))
     offered = specs if tools and choice == "auto" else ()
     mode = ContentMode.AUTO if offered else ContentMode.TEXT
     if isinstance(request.response_format, JsonSchemaFormat):
         schema = request.response_format.json_schema.schema_
         _enforceable(schema, "response_format")
-        grammar = _grammar(schema, "response_format")
-        return DecodingPlan(ContentMode.TEXT, grammar, offered, schema=schema)
+        return DecodingPlan(ContentMode.TEXT, schema, offered, schema=schema)
     return DecodingPlan(mode, None, offered, callable_tools=tools if offered else ())
 
 
@@ -63,13 +69,6 @@ def _call_schema(tools: list[FunctionTool]) -> dict[str, Any]:
 
 def _enforceable(schema: dict[str, Any], param: str) -> None:
     try:
-        check_enforceable(schema)
-    except GrammarError as exc:
-        raise LmspError("invalid_request", str(exc), param=param) from None
-
-
-def _grammar(schema: dict[str, Any], param: str, order: list[str] | None = None) -> str:
-    try:
-        return json_schema_grammar(schema, order)
+        check_schema(schema)
     except GrammarError as exc:
         raise LmspError("invalid_request", str(exc), param=param) from None

@@ -119,13 +119,12 @@ class ResponseService:
         decoding = plan(request)
         try:
             prompt = await self.engine.render(
-                entry, chat_messages(context), decoding.tools, decoding.grammar
+                entry, chat_messages(context), decoding.tools, decoding.constraint
             )
         except ChatTemplateError as exc:
             raise LmspError("invalid_request", str(exc), param="input") from None
         except GrammarError as exc:
-            param = "response_format" if decoding.schema is not None else "tools"
-            raise LmspError("invalid_request", str(exc), param=param) from None
+            raise LmspError("invalid_request", str(exc), param=decoding.constraint_param) from None
         except EngineError as exc:
             raise _engine_problem(exc) from None
         window = self.engine.context_length(entry)
@@ -264,8 +263,7 @@ class ResponseService:
             min_p=run.request.min_p,
             seed=run.request.seed,
             stop=run.request.stop_sequences(),
-            grammar=run.plan.grammar,
-            schema=run.plan.schema,
+            schema=run.plan.constraint,
             forced_tools=tuple(tool.name for tool in run.plan.callable_tools)
             if run.plan.mode is ContentMode.FORCED_CALL
             else (),
@@ -378,7 +376,7 @@ def _internal(what: str) -> LmspError:
 
 
 def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
-    """A complete output that breaks its contract (the grammar should make this impossible)."""
+    """A complete output that breaks its contract (constrained decoding makes this impossible)."""
     problems: list[str] = []
     if decoding.schema is not None and not _valid_json(output.message_text, decoding.schema):
         problems.append("the output is not JSON valid against the schema")

@@ -114,15 +114,16 @@ def test_function_call_output_matching_no_call_is_invalid_request(client: httpx.
     assert problem["param"] == "input[1].call_id"
 
 
-def test_tool_parameters_with_minimum_are_invalid_request(client: httpx.Client) -> None:
-    parameters = {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1}}}
+def test_tool_parameters_with_unique_items_are_invalid_request(client: httpx.Client) -> None:
+    days = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    parameters = {"type": "object", "properties": {"days": days}}
     body = ask(tools=[{**WEATHER, "parameters": parameters}], tool_choice="required")
     problem = assert_problem(client.post("/responses", json=body), 400, "invalid_request")
     assert problem["param"] == "tools[0].parameters"
 
 
-def test_response_format_schema_with_minimum_is_invalid_request(client: httpx.Client) -> None:
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+def test_response_format_schema_with_not_is_invalid_request(client: httpx.Client) -> None:
+    schema = {"type": "object", "properties": {"n": {"not": {"type": "integer"}}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
     problem = assert_problem(
         client.post("/responses", json=ask(response_format=fmt)), 400, "invalid_request"

@@ -258,7 +258,7 @@ async def test_prompt_filling_the_context_is_context_length_exceeded_naming_inpu
 async def test_tool_parameters_the_decoder_cannot_enforce_are_invalid_request(
     service: ResponseService,
 ) -> None:
-    parameters = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    parameters = {"type": "object", "properties": {"n": {"type": "integer"}}, "if": {}}
     tool = {"type": "function", "name": "get_weather", "parameters": parameters}
     error = await refusal(service, request(tools=[tool]))
     assert (error.code, error.status, error.param) == (

@@ -1,8 +1,9 @@
 """Constrained decoding on the real bundled model: JSON Schema output and forced tool calls.
 
-LMSP 1.0 6.1 (``response_format``), 6.3 (streaming) and 6.5 (tool calls). Greedy and short: every
-string is bounded by ``maxLength`` and every array by ``maxItems`` so the grammar closes the JSON
-well before ``max_output_tokens``.
+LMSP 1.0 6.1 (``response_format``), 6.3 (streaming) and 6.5 (tool calls), with llguidance holding
+each token to the schema. Greedy and short: every string is bounded by ``maxLength``, every
+array by ``maxItems`` and most numbers by bounds, so the JSON closes well before
+``max_output_tokens``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.events import (
     FunctionCallArgumentsDelta,
     OutputItemAdded,
@@ -71,48 +73,172 @@ NEWS: dict[str, Any] = {
         "additionalProperties": False,
     },
 }
-TOOLS = {tool["name"]: tool for tool in (WEATHER, TIME, NEWS)}
-
-SCHEMAS: dict[str, dict[str, Any]] = {
-    "nested_object_with_required_fields": {
+BOOKING: dict[str, Any] = {
+    "type": "function",
+    "name": "book_table",
+    "description": "Book a table at a restaurant",
+    "parameters": {
         "type": "object",
         "properties": {
-            "name": {"type": "string", "maxLength": 12},
-            "age": {"type": "integer"},
-            "address": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": 12}},
-                "required": ["city"],
-            },
+            "day": {"type": "string", "format": "date"},
+            "guests": {"type": "integer", "minimum": 1, "maximum": 8},
+            "contact": {"type": "string", "format": "email", "maxLength": 24},
+            "seating": {"oneOf": [{"const": "inside"}, {"const": "terrace"}]},
         },
-        "required": ["name", "age", "address"],
+        "required": ["day", "guests", "contact", "seating"],
+        "additionalProperties": False,
     },
+}
+TOOLS = {tool["name"]: tool for tool in (WEATHER, TIME, NEWS, BOOKING)}
+FORMATS = jsonschema.FormatChecker()
+
+WORD = {"type": "string", "maxLength": 10}
+DIGIT = {"type": "integer", "minimum": 0, "maximum": 9}
+POINT = {
+    "type": "object",
+    "properties": {"x": DIGIT, "y": DIGIT},
+    "required": ["x", "y"],
+    "additionalProperties": False,
+}
+
+
+def obj(**properties: Any) -> dict[str, Any]:
+    """An object schema whose ``properties`` are all required."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "nested_object_with_required_fields": obj(
+        name={"type": "string", "maxLength": 12},
+        age={"type": "integer", "minimum": 0, "maximum": 120},
+        address=obj(city={"type": "string", "maxLength": 12}),
+    ),
     "array_of_objects_with_max_items": {
         "type": "array",
-        "items": {
-            "type": "object",
-            "properties": {"n": {"type": "string", "maxLength": 8}},
-            "required": ["n"],
-        },
+        "items": obj(n={"type": "string", "maxLength": 8}),
         "minItems": 1,
         "maxItems": 2,
     },
-    "enum_field": {
-        "type": "object",
-        "properties": {"colour": {"enum": ["red", "green", "blue"]}},
-        "required": ["colour"],
-    },
-    "string_with_max_length": {
-        "type": "object",
-        "properties": {"word": {"type": "string", "minLength": 1, "maxLength": 10}},
-        "required": ["word"],
-    },
+    "array_of_points": {"type": "array", "items": POINT, "minItems": 2, "maxItems": 3},
+    "enum_field": obj(colour={"enum": ["red", "green", "blue"]}),
+    "string_with_max_length": obj(word={"type": "string", "minLength": 1, "maxLength": 10}),
+    "string_length_window": obj(code={"type": "string", "minLength": 3, "maxLength": 5}),
     "defs_and_refs": {
         "type": "object",
         "$defs": {"tag": {"type": "string", "maxLength": 6}},
         "properties": {"a": {"$ref": "#/$defs/tag"}, "b": {"$ref": "#/$defs/tag"}},
         "required": ["a", "b"],
     },
+    "draft7_definitions": {
+        "definitions": {"unit": {"enum": ["kg", "lb"]}},
+        **obj(weight=DIGIT, unit={"$ref": "#/definitions/unit"}),
+    },
+    "integer_bounds": obj(age={"type": "integer", "minimum": 18, "maximum": 99}),
+    "negative_bounds": obj(t={"type": "integer", "minimum": -40, "maximum": -1}),
+    "exclusive_bounds": obj(p={"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+    "number_bounds": obj(price={"type": "number", "minimum": 0, "maximum": 1000}),
+    "multiple_of_integer": obj(n={"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 95}),
+    "multiple_of_decimal": obj(
+        q={"type": "number", "multipleOf": 0.25, "minimum": 0, "maximum": 9}
+    ),
+    "top_level_bounded_integer": {"type": "integer", "minimum": 1, "maximum": 12},
+    "format_email": obj(email={"type": "string", "format": "email", "maxLength": 24}),
+    "format_date": obj(day={"type": "string", "format": "date"}),
+    "format_time": obj(at={"type": "string", "format": "time"}),
+    "format_date_time": obj(when={"type": "string", "format": "date-time"}),
+    "format_uuid": obj(id={"type": "string", "format": "uuid"}),
+    "format_ipv4": obj(ip={"type": "string", "format": "ipv4"}),
+    "pattern": obj(ref={"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}),
+    "any_of": obj(v={"anyOf": [WORD, DIGIT, {"type": "null"}]}),
+    "one_of_disjoint_shapes": {
+        "oneOf": [
+            {**obj(kind={"const": "circle"}, r=DIGIT), "additionalProperties": False},
+            {**obj(kind={"const": "square"}, side=DIGIT), "additionalProperties": False},
+        ]
+    },
+    "all_of": {"allOf": [obj(a=DIGIT), obj(b=WORD)]},
+    "recursive_tree": {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "v": DIGIT,
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+                },
+                "required": ["v", "kids"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    "recursive_list": {
+        "$defs": {
+            "cell": {
+                **obj(head=DIGIT, tail={"anyOf": [{"type": "null"}, {"$ref": "#/$defs/cell"}]}),
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/cell",
+    },
+    "unique_items_false": {
+        "type": "array",
+        "items": DIGIT,
+        "uniqueItems": False,
+        "minItems": 1,
+        "maxItems": 3,
+    },
+    "max_properties": {
+        "type": "object",
+        "patternProperties": {"^[a-z]{1,6}$": DIGIT},
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 2,
+    },
+    "min_properties_of_optionals": {
+        "type": "object",
+        "properties": {"a": DIGIT, "b": DIGIT},
+        "additionalProperties": False,
+        "minProperties": 1,
+    },
+    "unicode_enum": obj(city={"enum": ["東京", "Zürich", "São Paulo", "Kraków"]}),
+    "unicode_emoji_enum": {"enum": ["🙂", "🙃", "☀️"]},
+    "unicode_const": obj(greeting={"const": "こんにちは"}),
+    "boolean": obj(ok={"type": "boolean"}),
+    "null": {"type": "null"},
+    "type_list": obj(v={"type": ["boolean", "null"]}),
+    "nullable_string": obj(nick={"type": ["string", "null"], "maxLength": 8}),
+    "tuple": {
+        "type": "array",
+        "prefixItems": [WORD, DIGIT, {"type": "boolean"}],
+        "items": False,
+        "minItems": 3,
+    },
+    "matrix": {
+        "type": "array",
+        "items": {"type": "array", "items": DIGIT, "minItems": 2, "maxItems": 2},
+        "minItems": 2,
+        "maxItems": 2,
+    },
+    "enum_of_numbers": obj(level={"enum": [1, 2.5, -3]}),
+    "const_object": obj(version={"const": {"major": 1, "minor": 0}}),
+    "array_of_enums": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+    "optional_fields_closed": {
+        "type": "object",
+        "properties": {
+            "title": WORD,
+            "year": {"type": "integer", "minimum": 1900, "maximum": 2100},
+        },
+        "required": ["title"],
+        "additionalProperties": False,
+    },
+    "deeply_nested": obj(a=obj(b=obj(c=obj(d=obj(e=DIGIT))))),
+    "event": obj(
+        name=WORD,
+        day={"type": "string", "format": "date"},
+        seats={"type": "integer", "minimum": 1, "maximum": 500},
+        tags={"type": "array", "items": {"enum": ["work", "home"]}, "maxItems": 2},
+    ),
+    "text_with_line_breaks": obj(poem={"type": "string", "maxLength": 40}),
 }
 
 
@@ -152,7 +278,9 @@ def assert_valid_call(call: OutputFunctionCall, names: Sequence[str]) -> None:
     assert call.name in names
     assert call.id.startswith("fc_")
     assert call.call_id.startswith("call_")
-    jsonschema.validate(json.loads(call.arguments), TOOLS[call.name]["parameters"])
+    jsonschema.validate(
+        json.loads(call.arguments), TOOLS[call.name]["parameters"], format_checker=FORMATS
+    )
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -177,15 +305,66 @@ def service(engine: Engine) -> ResponseService:
 async def test_json_schema_output_completes_parses_and_validates(
     service: ResponseService, schema: dict[str, Any]
 ) -> None:
+    question = "Write a two-line poem about rain." if "poem" in json.dumps(schema) else None
     response = await respond(
         service,
         body(
-            input="Describe it as JSON.", max_output_tokens=80, response_format=json_format(schema)
+            input=question or "Describe it as JSON.",
+            max_output_tokens=80,
+            response_format=json_format(schema),
         ),
     )
     assert response.status == "completed", response.output
     assert response.incomplete_details is None
-    jsonschema.validate(json.loads(text_of(response)), schema)
+    # json.loads refuses raw control characters in strings: they must come escaped.
+    jsonschema.validate(json.loads(text_of(response)), schema, format_checker=FORMATS)
+
+
+async def test_output_cut_by_max_output_tokens_mid_json_is_incomplete_not_failed(
+    service: ResponseService,
+) -> None:
+    schema = obj(story={"type": "string", "minLength": 200, "maxLength": 300})
+    response = await respond(
+        service, body(max_output_tokens=8, response_format=json_format(schema))
+    )
+    assert response.status == "incomplete"
+    assert response.error is None
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert text_of(response).startswith('{"story": "')
+
+
+@pytest.mark.parametrize(
+    ("schema", "detail"),
+    [
+        ({"type": "array", "items": DIGIT, "uniqueItems": True}, "uniqueItems"),
+        ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),
+        (obj(n={"not": {"type": "string"}}), "not"),
+    ],
+    ids=["unique_items", "overlapping_one_of", "not"],
+)
+async def test_schema_llguidance_cannot_enforce_is_refused_naming_response_format(
+    service: ResponseService, schema: dict[str, Any], detail: str
+) -> None:
+    with pytest.raises(LmspError) as caught:
+        await service.start(parse_response_request(body(response_format=json_format(schema))))
+    error = caught.value
+    assert (error.code, error.status, error.param) == ("invalid_request", 400, "response_format")
+    assert detail in str(error.detail)
+
+
+async def test_tool_parameters_llguidance_cannot_enforce_are_refused_naming_the_tool(
+    service: ResponseService,
+) -> None:
+    odd = {**TIME, "parameters": {"type": "object", "if": {"required": ["zone"]}, "then": {}}}
+    with pytest.raises(LmspError) as caught:
+        await service.start(parse_response_request(body(tools=[WEATHER, odd])))
+    error = caught.value
+    assert (error.code, error.status, error.param) == (
+        "invalid_request",
+        400,
+        "tools[1].parameters",
+    )
 
 
 # --- tool_choice -------------------------------------------------------------------------------
@@ -230,6 +409,19 @@ async def test_required_with_several_tools_calls_one_of_them_with_valid_argument
     assert messages(response) == []
     (call,) = calls(response)
     assert_valid_call(call, ["get_weather", "get_time", "get_news"])
+
+
+async def test_forced_call_keeps_bounds_formats_and_one_of_in_its_arguments(
+    service: ResponseService,
+) -> None:
+    response = await respond(
+        service,
+        body(input="Book a table for two tomorrow.", tools=[BOOKING], tool_choice="required"),
+    )
+    assert response.status == "completed"
+    (call,) = response.output
+    assert isinstance(call, OutputFunctionCall)
+    assert_valid_call(call, ["book_table"])
 
 
 async def test_tool_choice_none_gives_a_message_and_no_call(service: ResponseService) -> None:

@@ -1,0 +1,126 @@
+"""Decode rate with a JSON Schema enforced (llguidance, checked lazily) against free text.
+
+One engine, the bundled model, greedy decoding and the service's default settings, in this
+process through the service (``ResponseService``, no HTTP): rounds alternate an unconstrained
+answer and a ``response_format`` answer of a schema that keeps the model writing (an array of
+strings long enough to reach ``--tokens``). Each rate is decode-only, output tokens after the
+first over the time from the first text delta to the last. It prints the medians and their
+ratio (the target is >= 0.8). A free answer may end before ``--tokens``; its token counts are
+printed. It measures and never asserts: the exit code is 0 whatever the numbers.
+
+Run: ``.venv/bin/python benchmarks/constrained.py [--tokens 128] [--rounds 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.generation import CancelToken
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.protocol.events import OutputTextDelta
+from lmsp_jupyter.protocol.requests import parse_response_request
+from lmsp_jupyter.service.models import ModelDirectory
+from lmsp_jupyter.service.responses import ResponseService
+
+PROMPT = "List the names of as many animals as you can, with a short note on each."
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "animals": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 20},
+                    "note": {"type": "string", "maxLength": 60},
+                },
+                "required": ["name", "note"],
+                "additionalProperties": False,
+            },
+            "minItems": 200,
+        }
+    },
+    "required": ["animals"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One answer: output tokens and the seconds from its first text delta to its last."""
+
+    tokens: int
+    decode_s: float
+
+    @property
+    def rate(self) -> float:
+        """Decode-only tokens/s (the first token's wait is prompt evaluation)."""
+        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 else 0.0
+
+
+async def answer(service: ResponseService, tokens: int, schema: dict[str, Any] | None) -> Run:
+    """Generate one answer of at most ``tokens`` tokens, constrained by ``schema`` if given."""
+    body: dict[str, Any] = {
+        "model": BUNDLED_MODEL_ID,
+        "input": PROMPT,
+        "temperature": 0,
+        "max_output_tokens": tokens,
+    }
+    if schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "animals", "schema": schema, "strict": True},
+        }
+    run = await service.start(parse_response_request(body))
+    times: list[float] = []
+    async for event in service.events(run, CancelToken()):
+        if isinstance(event.data, OutputTextDelta):
+            times.append(time.perf_counter())
+    assert run.usage is not None
+    return Run(run.usage.output_tokens, times[-1] - times[0] if len(times) > 1 else 0.0)
+
+
+async def compare(tokens: int, rounds: int) -> tuple[list[Run], list[Run]]:
+    """``rounds`` alternating (free, constrained) pairs after one warm-up of each."""
+    engine = Engine(EngineSettings())
+    service = ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
+    try:
+        await answer(service, 8, None)
+        await answer(service, 8, SCHEMA)
+        free: list[Run] = []
+        constrained: list[Run] = []
+        for _ in range(rounds):
+            free.append(await answer(service, tokens, None))
+            constrained.append(await answer(service, tokens, SCHEMA))
+        return free, constrained
+    finally:
+        engine.close()
+
+
+def main() -> None:
+    """Measure and print the constrained and unconstrained decode rates and their ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens per answer")
+    parser.add_argument("--rounds", type=int, default=5, help="timed pairs of answers")
+    args = parser.parse_args()
+    free, constrained = asyncio.run(compare(args.tokens, args.rounds))
+    free_rate = statistics.median(run.rate for run in free)
+    constrained_rate = statistics.median(run.rate for run in constrained)
+    print(f"model {BUNDLED_MODEL_ID}, {args.rounds} rounds of at most {args.tokens} tokens")
+    print(f"unconstrained  {free_rate:8.1f} tok/s  (tokens: {[run.tokens for run in free]})")
+    print(
+        f"constrained    {constrained_rate:8.1f} tok/s  "
+        f"(tokens: {[run.tokens for run in constrained]})"
+    )
+    ratio = constrained_rate / free_rate if free_rate else 0.0
+    print(f"ratio          {ratio:8.2f}   (target >= 0.80)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""JSON Schema constraints, enforced token by token with llguidance over a model's vocabulary.
+
+A schema is checked once without a vocabulary (``check_schema``: limits, JSON Schema validity,
+and whether llguidance can compile it), then compiled per model vocabulary by a
+``SchemaCompiler`` (cached by schema), which hands each sequence its own ``SchemaMatcher``.
+
+llguidance's JSON grammar never lets a raw control character into a string (they must be
+escaped), enforces numeric bounds, ``multipleOf``, formats, ``anyOf``/``allOf``, ``oneOf`` whose
+branches cannot overlap and recursive references. What it cannot compile is refused up front.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from jsonschema import Draft202012Validator, SchemaError
+from llguidance import LLMatcher, LLTokenizer
+from numpy.typing import NDArray
+
+from .generation import EngineError, GrammarError
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 16
+#: Nesting of JSON containers anywhere in a schema (``const``, ``enum`` and ``default`` included).
+MAX_JSON_DEPTH = 64
+
+#: Compact JSON with a space after separators: no whitespace for a small model to loop in.
+_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
+
+#: Keywords whose value is one subschema, a list of them, or a name → subschema mapping.
+_ONE = (
+    *("items", "additionalProperties", "not", "if", "then", "else", "contains"),
+    *("propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"),
+)
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def check_schema(schema: Any) -> None:
+    """Refuse (``GrammarError``) a schema too big or deep, invalid, or one llguidance cannot
+    enforce; needs no model, so requests are refused before any work."""
+    schema_grammar(_canonical(schema))
+
+
+def _canonical(schema: Any) -> str:
+    _check_depth(schema)
+    text = json.dumps(schema, ensure_ascii=False)
+    if len(text.encode()) > MAX_SCHEMA_BYTES:
+        raise GrammarError(f"the schema is over {MAX_SCHEMA_BYTES} bytes")
+    return text
+
+
+@lru_cache(maxsize=256)
+def schema_grammar(canonical: str) -> str:
+    """The llguidance grammar of the schema whose canonical JSON text is ``canonical``."""
+    schema = json.loads(canonical)
+    if not isinstance(schema, dict | bool):
+        raise GrammarError("a schema must be an object or a boolean")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise GrammarError(f"not a valid JSON Schema: {exc.message}") from None
+    grammar = LLMatcher.grammar_from_json_schema(_without_no_ops(schema), overrides=_OPTIONS)
+    error = LLMatcher.validate_grammar(grammar)
+    if error:
+        raise GrammarError(f"the decoder cannot enforce this schema: {error.splitlines()[0]}")
+    return grammar
+
+
+def _check_depth(schema: Any) -> None:
+    """Nesting limits, checked without recursion so no document can exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(schema, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise GrammarError(f"the schema nests deeper than {MAX_JSON_DEPTH} JSON levels")
+        if isinstance(value, dict):
+            stack += [(child, depth + 1) for child in value.values()]
+        elif isinstance(value, list):
+            stack += [(child, depth + 1) for child in value]
+    schemas: list[tuple[Any, int]] = [(schema, 0)]
+    while schemas:
+        value, depth = schemas.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            raise GrammarError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        schemas += [(child, depth + 1) for child in _subschemas(value)]
+
+
+def _subschemas(schema: Any) -> list[Any]:
+    if not isinstance(schema, dict):
+        return []
+    children = [schema[key] for key in _ONE if isinstance(schema.get(key), dict)]
+    for key in _MANY:
+        if isinstance(schema.get(key), list):
+            children += schema[key]
+    for key in _NAMED:
+        if isinstance(schema.get(key), dict):
+            children += list(schema[key].values())
+    return children
+
+
+def _without_no_ops(schema: Any) -> Any:
+    """``schema`` without ``uniqueItems: false``, which constrains nothing but which
+    llguidance refuses as an unknown keyword."""
+    if isinstance(schema, dict):
+        return {
+            key: _without_no_ops(value)
+            for key, value in schema.items()
+            if not (key == "uniqueItems" and value is False)
+        }
+    if isinstance(schema, list):
+        return [_without_no_ops(value) for value in schema]
+    return schema
+
+
+class SchemaCompiler:
+    """Schemas compiled against one model's vocabulary, cached by schema; thread-safe.
+
+    Building the llguidance tokenizer takes about a second, so make one per vocabulary.
+    """
+
+    def __init__(self, tokenizer: LLTokenizer, cache_size: int = 64) -> None:
+        self.tokenizer = tokenizer
+        self._cache: OrderedDict[str, LLMatcher] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def matcher(self, schema: Any) -> SchemaMatcher:
+        """A fresh matcher of ``schema`` for one sequence; ``GrammarError`` if it cannot be
+        enforced."""
+        canonical = _canonical(schema)
+        with self._lock:
+            compiled = self._cache.get(canonical)
+            if compiled is not None:
+                self._cache.move_to_end(canonical)
+                return SchemaMatcher(compiled.deep_copy(), self.tokenizer)
+        compiled = LLMatcher(self.tokenizer, schema_grammar(canonical), log_level=0)
+        if compiled.is_error():
+            error = compiled.get_error().splitlines()[0]
+            raise GrammarError(f"the decoder cannot enforce this schema: {error}")
+        with self._lock:
+            self._cache[canonical] = compiled
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            return SchemaMatcher(compiled.deep_copy(), self.tokenizer)
+
+
+class SchemaMatcher:
+    """Where one sequence stands in its schema: which tokens may come next.
+
+    Meant for lazy checking: sample from the model's logits, keep the token if ``allows`` it,
+    and only otherwise ``mask_logits`` and sample again (the same token at temperature 0).
+    Every token appended to the sequence, forced ones included, goes through ``accept``.
+    """
+
+    def __init__(self, matcher: LLMatcher, tokenizer: LLTokenizer) -> None:
+        self._matcher = matcher
+        self._vocab_size = tokenizer.vocab_size
+        self._ends = frozenset(tokenizer.eos_tokens)
+
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` may come next (an end-of-generation token once the JSON is whole)."""
+        if self._matcher.is_stopped():
+            return token in self._ends and not self._matcher.is_error()
+        return 0 <= token < self._vocab_size and self._matcher.validate_tokens([token]) == 1
+
+    def mask_logits(self, logits: NDArray[np.float32]) -> None:
+        """Set the logits of every token that may not come next to -inf, in place."""
+        bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+        allowed = np.unpackbits(bits, bitorder="little").view(np.bool_)
+        size = min(len(logits), self._vocab_size)
+        logits[:size][~allowed[:size]] = -np.inf
+        logits[size:] = -np.inf
+        self._raise_on_error()
+
+    def accept(self, token: int) -> None:
+        """Advance past ``token``, which must be allowed."""
+        if not self._matcher.consume_token(token):
+            self._raise_on_error()
+            raise EngineError(f"token {token} breaks the schema")
+
+    def forced(self) -> list[int]:
+        """Tokens the schema forces now, to append without sampling (each then ``accept``-ed)."""
+        return self._matcher.compute_ff_tokens()
+
+    def finished(self) -> bool:
+        """Whether the JSON is whole and nothing more may follow it."""
+        return self._matcher.is_stopped() and not self._matcher.is_error()
+
+    def _raise_on_error(self) -> None:
+        if self._matcher.is_error():
+            error = self._matcher.get_error().splitlines()[0]
+            raise EngineError(f"constrained decoding failed: {error}")
