@@ -5,8 +5,10 @@ from __future__ import annotations
 import codecs
 import ctypes
 import logging
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,30 @@ DEFAULT_TEMPERATURE = 0.8
 _TOP_K = 40
 _TOP_P = 0.95
 _MIN_P = 0.05
+
+
+_DEFAULT_MODEL_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
+_PARAMS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _no_weight_repacking() -> Iterator[None]:
+    """Load models without llama.cpp's extra buffer types (weights repacked for AMX or wider
+    SIMD): on CPUs with AMX the repacked matrix product crashes llama.cpp's decode, and
+    repacking makes logits depend on the batch shape. ``Llama`` has no switch for it, so its
+    default model parameters are swapped while it loads."""
+
+    def params() -> Any:
+        defaults = _DEFAULT_MODEL_PARAMS()
+        defaults.use_extra_bufts = False
+        return defaults
+
+    with _PARAMS_LOCK:
+        llama_cpp.llama_cpp.llama_model_default_params = params
+        try:
+            yield
+        finally:
+            llama_cpp.llama_cpp.llama_model_default_params = _DEFAULT_MODEL_PARAMS
 
 
 class LlamaTokenizer:
@@ -94,15 +120,16 @@ class LlamaRunner:
 
     def __init__(self, path: Path, *, context_size: int, threads: int, batch_size: int) -> None:
         try:
-            self._llm = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=context_size,
-                n_batch=min(batch_size, context_size),
-                n_threads=threads,
-                n_threads_batch=threads,
-                n_gpu_layers=0,
-                verbose=False,
-            )
+            with _no_weight_repacking():
+                self._llm = llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=context_size,
+                    n_batch=min(batch_size, context_size),
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    n_gpu_layers=0,
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineError(f"{path.name} could not be loaded") from exc
         self._vocab = self._llm._model.vocab
