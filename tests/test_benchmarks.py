@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SIDES_HEADER = "side tokens tok/s e2e tok/s decode TTFT ms"
 #: name: (tiny arguments, table headers (the words of a whole line), starts of other lines)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
+    "constrained": ("--tokens 4 --rounds 1", [], ["unconstrained ", "constrained ", "ratio "]),
     "stream_overhead": (
         "--tokens 4 --rounds 1 --max-background 100",
         [SIDES_HEADER],

@@ -72,7 +72,7 @@ def schema_grammar(canonical: str) -> str:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise GrammarError(f"not a valid JSON Schema: {exc.message}") from None
-    grammar = LLMatcher.grammar_from_json_schema(_without_no_ops(schema), overrides=_OPTIONS)
+    grammar = LLMatcher.grammar_from_json_schema(_for_decoding(schema), overrides=_OPTIONS)
     error = LLMatcher.validate_grammar(grammar)
     if error:
         raise GrammarError(f"the decoder cannot enforce this schema: {error.splitlines()[0]}")
@@ -111,18 +111,30 @@ def _subschemas(schema: Any) -> list[Any]:
     return children
 
 
-def _without_no_ops(schema: Any) -> Any:
-    """``schema`` without ``uniqueItems: false``, which constrains nothing but which
-    llguidance refuses as an unknown keyword."""
-    if isinstance(schema, dict):
-        return {
-            key: _without_no_ops(value)
-            for key, value in schema.items()
-            if not (key == "uniqueItems" and value is False)
-        }
-    if isinstance(schema, list):
-        return [_without_no_ops(value) for value in schema]
-    return schema
+def _for_decoding(schema: Any, *, in_all_of: bool = False) -> Any:
+    """``schema`` as the decoder enforces it: an object that lists its ``properties`` gets no
+    others unless it says so (a small model would otherwise add keys until it runs out of
+    tokens; the output still validates), except where properties combine (``allOf`` branches,
+    ``$ref`` or ``*Of`` beside them); ``uniqueItems: false``, which constrains nothing but
+    which llguidance refuses as an unknown keyword, is dropped."""
+    if not isinstance(schema, dict):
+        return schema
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "uniqueItems" and value is False:
+            continue
+        if key in _NAMED and isinstance(value, dict):
+            value = {name: _for_decoding(child) for name, child in value.items()}
+        elif key in _MANY and isinstance(value, list):
+            value = [_for_decoding(child, in_all_of=key == "allOf") for child in value]
+        elif key in _ONE:
+            value = _for_decoding(value)
+        result[key] = value
+    combined = {"$ref", "allOf", "anyOf", "oneOf"}
+    closed = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
+    if "properties" in result and not in_all_of and not (combined | closed) & set(result):
+        result["additionalProperties"] = False
+    return result
 
 
 class SchemaCompiler:

@@ -111,6 +111,11 @@ CASES: dict[str, tuple[dict[str, Any], list[str], list[str]]] = {
         ["[1, 1]"],
         ["[1, true]"],
     ),
+    "listed_properties_only": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}},
+        ['{"a": 1}', "{}"],
+        ['{"a": 1, "b": 2}'],
+    ),
     "escaped_control_characters": (
         {"type": "string"},
         ['"a\\nb"', '"tab\\there"', '"\\u0001"'],
@@ -239,8 +244,8 @@ def test_no_token_with_a_raw_control_character_is_allowed_inside_a_string(
     ok = np.nonzero(allowed(matcher, size))[0]
     assert len(ok) > 1000
     assert not matcher.allows(NEWLINE_ID)
-    for token in ok:
-        piece = compiler.tokenizer.decode_bytes([int(token)])
+    for allowed_token in ok:
+        piece = compiler.tokenizer.decode_bytes([int(allowed_token)])
         assert not any(byte < 0x20 for byte in piece), piece
 
 
