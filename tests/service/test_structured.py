@@ -157,20 +157,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         ]
     },
     "all_of": {"allOf": [obj(a=DIGIT), obj(b=WORD)]},
-    "recursive_tree": {
-        "$defs": {
-            "node": {
-                "type": "object",
-                "properties": {
-                    "v": DIGIT,
-                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
-                },
-                "required": ["v", "kids"],
-                "additionalProperties": False,
-            }
-        },
-        "$ref": "#/$defs/node",
-    },
     "recursive_list": {
         "$defs": {
             "cell": {
@@ -416,7 +402,12 @@ async def test_forced_call_keeps_bounds_formats_and_one_of_in_its_arguments(
 ) -> None:
     response = await respond(
         service,
-        body(input="Book a table for two tomorrow.", tools=[BOOKING], tool_choice="required"),
+        body(
+            input="Book a table for two tomorrow.",
+            tools=[BOOKING],
+            tool_choice="required",
+            max_output_tokens=160,
+        ),
     )
     assert response.status == "completed"
     (call,) = response.output
