@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from .backend import GenerationBackend
 from .catalog import ModelCatalog, ModelEntry
@@ -95,10 +96,10 @@ class EngineRouter:
         entry: ModelEntry,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec] = (),
-        grammar: str | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Prompt:
         """The prompt of ``entry``'s engine."""
-        return await self._engine(entry).render(entry, messages, tools, grammar)
+        return await self._engine(entry).render(entry, messages, tools, schema)
 
     def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
