@@ -41,6 +41,7 @@ from benchmarks.harness import (
     running_process,
     running_server,
 )
+from benchmarks.harness.llama_cpp_server import MODULE as LLAMA_CPP_SERVER
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 
 ALIAS = "gemma"
@@ -58,7 +59,7 @@ def remote_command(binary: str | None, model: Path, port: int, threads: int) -> 
         ]
     return [
         sys.executable,
-        *("-m", "llama_cpp.server", "--model", str(model), "--model_alias", ALIAS),
+        *("-m", LLAMA_CPP_SERVER, "--model", str(model), "--model_alias", ALIAS),
         *("--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(port)),
         *("--n_ctx", str(CONTEXT), "--n_threads", str(threads), "--verbose", "false"),
         *("--interrupt_requests", "false"),

@@ -15,6 +15,7 @@ from typing import Any, cast
 import llama_cpp
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
+from lmsp_jupyter.engine.llama import no_weight_repacking
 from lmsp_jupyter.server.app import LmspApp
 
 from .figures import Sample
@@ -50,14 +51,15 @@ class RawRunner:
     """The bundled model in this process, driven through llama-cpp-python's streaming API."""
 
     def __init__(self, model_path: Path, settings: Settings, prompt: str) -> None:
-        self.llm = llama_cpp.Llama(
-            model_path=str(model_path),
-            n_ctx=settings.context_size,
-            n_threads=settings.threads,
-            n_threads_batch=settings.threads,
-            n_batch=settings.batch_size,
-            verbose=False,
-        )
+        with no_weight_repacking():  # loaded as the service loads it
+            self.llm = llama_cpp.Llama(
+                model_path=str(model_path),
+                n_ctx=settings.context_size,
+                n_threads=settings.threads,
+                n_threads_batch=settings.threads,
+                n_batch=settings.batch_size,
+                verbose=False,
+            )
         self.prompt_tokens = self.llm.tokenize(
             render_prompt(prompt).encode(), add_bos=False, special=True
         )

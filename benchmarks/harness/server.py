@@ -19,6 +19,8 @@ import httpx
 
 STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
+#: The repository root: child processes start there.
+REPOSITORY = Path(__file__).resolve().parents[2]
 #: Runs ``jupyter-lmsp`` (argv[2]) under cProfile counting the CPU time of the main thread
 #: (the event loop) only, not wall time, so the preemptions of a busy machine do not count.
 PROFILER = """
@@ -142,6 +144,7 @@ def running_process(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            cwd=REPOSITORY,  # where `python -m benchmarks...` finds this package
         )
         try:
             wait_until_ready(ready_url, headers or {}, process)

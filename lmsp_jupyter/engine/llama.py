@@ -43,11 +43,12 @@ _PARAMS_LOCK = threading.Lock()
 
 
 @contextmanager
-def _no_weight_repacking() -> Iterator[None]:
+def no_weight_repacking() -> Iterator[None]:
     """Load models without llama.cpp's extra buffer types (weights repacked for AMX or wider
     SIMD): on CPUs with AMX the repacked matrix product crashes llama.cpp's decode, and
     repacking makes logits depend on the batch shape. ``Llama`` has no switch for it, so its
-    default model parameters are swapped while it loads."""
+    default model parameters are swapped while it loads. Everything that loads the bundled
+    model in-process (benchmarks, test references, a third-party server) loads it this way."""
 
     def params() -> Any:
         defaults = _DEFAULT_MODEL_PARAMS()
@@ -120,7 +121,7 @@ class LlamaRunner:
 
     def __init__(self, path: Path, *, context_size: int, threads: int, batch_size: int) -> None:
         try:
-            with _no_weight_repacking():
+            with no_weight_repacking():
                 self._llm = llama_cpp.Llama(
                     model_path=str(path),
                     n_ctx=context_size,

@@ -20,8 +20,11 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.harness.llama_cpp_server import MODULE as LLAMA_CPP_SERVER
 from tests.conftest import free_port
 
+#: The repository, from where ``benchmarks`` imports.
+ROOT = Path(__file__).resolve().parents[2]
 #: The environment variable naming a llama-server binary.
 LLAMA_SERVER_VARIABLE = "LMSP_LLAMA_SERVER"
 #: The id both servers give the bundled model.
@@ -75,7 +78,7 @@ class OpenAIServer:
             ]
         return [
             sys.executable,
-            *("-m", "llama_cpp.server", "--model", str(self.model_path)),
+            *("-m", LLAMA_CPP_SERVER, "--model", str(self.model_path)),
             *("--model_alias", ALIAS, "--chat_format", "gemma"),
             *("--host", "127.0.0.1", "--port", str(self.port)),
             *("--n_ctx", str(CONTEXT), "--n_threads", "1", "--verbose", "false"),
@@ -87,7 +90,9 @@ class OpenAIServer:
     def start(self) -> None:
         """Start it and wait until it lists its model."""
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
