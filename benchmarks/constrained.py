@@ -6,7 +6,7 @@ answer and a ``response_format`` answer of a schema that keeps the model writing
 strings long enough to reach ``--tokens``). Each rate is decode-only, output tokens after the
 first over the time from the first text delta to the last. It prints the medians and their
 ratio (the target is >= 0.8). A free answer may end before ``--tokens``; its token counts are
-printed. It measures and never asserts: the exit code is 0 whatever the numbers.
+printed.
 
 Run: ``.venv/bin/python benchmarks/constrained.py [--tokens 128] [--rounds 5]``.
 """
@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as a file: python benchmarks/constrained.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import median, run_benchmark
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
@@ -103,15 +108,11 @@ async def compare(tokens: int, rounds: int) -> tuple[list[Run], list[Run]]:
         engine.close()
 
 
-def main() -> None:
+def benchmark(args: argparse.Namespace) -> None:
     """Measure and print the constrained and unconstrained decode rates and their ratio."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=128, help="output tokens per answer")
-    parser.add_argument("--rounds", type=int, default=5, help="timed pairs of answers")
-    args = parser.parse_args()
     free, constrained = asyncio.run(compare(args.tokens, args.rounds))
-    free_rate = statistics.median(run.rate for run in free)
-    constrained_rate = statistics.median(run.rate for run in constrained)
+    free_rate = median(free, lambda run: run.rate)
+    constrained_rate = median(constrained, lambda run: run.rate)
     print(f"model {BUNDLED_MODEL_ID}, {args.rounds} rounds of at most {args.tokens} tokens")
     print(f"unconstrained  {free_rate:8.1f} tok/s  (tokens: {[run.tokens for run in free]})")
     print(
@@ -122,5 +123,14 @@ def main() -> None:
     print(f"ratio          {ratio:8.2f}   (target >= 0.80)")
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens per answer")
+    parser.add_argument("--rounds", type=int, default=5, help="timed pairs of answers")
+    args = parser.parse_args(argv)
+    return run_benchmark(lambda _scratch, _log: benchmark(args))
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
