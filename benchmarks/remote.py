@@ -56,6 +56,7 @@ def remote_command(binary: str | None, model: Path, port: int, threads: int) -> 
             *("--model", str(model), "--alias", ALIAS, "--host", "127.0.0.1"),
             *("--port", str(port), "--ctx-size", str(CONTEXT), "--threads", str(threads)),
             "--jinja",
+            "--no-repack",  # as the service loads the model: repacking crashes on AMX CPUs
         ]
     return [
         sys.executable,

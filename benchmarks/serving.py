@@ -249,6 +249,8 @@ def llama_server(binary: Path, model: Path, settings: Settings, log: Path) -> It
         str(port),
         "--host",
         "127.0.0.1",
+        # Loaded as the service loads the model: repacked weights crash decode on AMX CPUs.
+        "--no-repack",
     ]
     url = f"http://127.0.0.1:{port}"
     with running_process(command, log, f"{url}/health"):
