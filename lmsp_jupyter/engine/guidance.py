@@ -159,9 +159,14 @@ class SchemaCompiler:
                 self._cache.move_to_end(canonical)
                 return SchemaMatcher(compiled.deep_copy(), self.tokenizer)
         compiled = LLMatcher(self.tokenizer, schema_grammar(canonical), log_level=0)
-        if compiled.is_error():
-            error = compiled.get_error().splitlines()[0]
-            raise GrammarError(f"the decoder cannot enforce this schema: {error}")
+        # A grammar that compiles may still admit no text at all (a $ref to itself, a cycle
+        # of references): its first mask fails. Found here, it is a 400, not a failed answer.
+        probe = compiled.deep_copy()
+        probe.compute_bitmask()
+        for matcher in (compiled, probe):
+            if matcher.is_error():
+                error = matcher.get_error().splitlines()[0]
+                raise GrammarError(f"the decoder cannot enforce this schema: {error}")
         with self._lock:
             self._cache[canonical] = compiled
             while len(self._cache) > self._cache_size:

@@ -122,13 +122,14 @@ async def test_disconnect_stops_generation_and_frees_the_model(
         params: Any,
         cancel: Any,
         emit: Callable[[GenerationEvent], None],
+        matcher: Any = None,
     ) -> None:
         def record(event: GenerationEvent) -> None:
             if isinstance(event, GenerationDone):
                 finished.append(event)
             emit(event)
 
-        generate(self, prompt, params, cancel, record)
+        generate(self, prompt, params, cancel, record, matcher)
 
     monkeypatch.setattr(LlamaRunner, "generate", recording)
     body = {
