@@ -20,11 +20,13 @@ script = in_process.script
 #: text may have): far more than the socket buffers of a client that does not read can hold.
 BIG = "\N{GRINNING FACE}" * 65536
 COUNT = 60
+#: The test server's ``slow_client_seconds``.
+SLOW_S = 3
 
 
 @pytest.fixture
 def jp_server_config() -> dict[str, Any]:
-    lmsp = {"ollama_dir": "", "huggingface_cache_dir": "", "slow_client_seconds": 3}
+    lmsp = {"ollama_dir": "", "huggingface_cache_dir": "", "slow_client_seconds": SLOW_S}
     return {"ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}}, "LmspApp": lmsp}
 
 
@@ -48,6 +50,9 @@ async def test_a_follower_that_stops_reading_is_dropped_and_resumes_from_its_las
         events, _ = parse_sse([line async for line in response.aiter_lines()])
     assert events[-1].event == "response.completed"
     assert [e.id for e in events] == list(range(1, len(events) + 1))
+    # The stalled follower is dropped once one write has waited SLOW_S for it: on a quiet
+    # machine the reader above is done sooner, so let that time pass before reading at all.
+    await asyncio.sleep(SLOW_S + 2)
     # The stalled follower was dropped: what it can still read ends, well short of everything.
     received = b""
     while chunk := await asyncio.wait_for(reader.read(2**20), 60):
