@@ -90,7 +90,9 @@ BOOKING: dict[str, Any] = {
     },
 }
 TOOLS = {tool["name"]: tool for tool in (WEATHER, TIME, NEWS, BOOKING)}
-FORMATS = jsonschema.FormatChecker()
+#: The formats of the dialect the schemas are written in (a bare FormatChecker() also holds
+#: draft 3's "time", which refuses RFC 3339 offsets).
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 WORD = {"type": "string", "maxLength": 10}
 DIGIT = {"type": "integer", "minimum": 0, "maximum": 9}
@@ -135,8 +137,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "integer_bounds": obj(age={"type": "integer", "minimum": 18, "maximum": 99}),
     "negative_bounds": obj(t={"type": "integer", "minimum": -40, "maximum": -1}),
-    "exclusive_bounds": obj(p={"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
-    "number_bounds": obj(price={"type": "number", "minimum": 0, "maximum": 1000}),
+    # Free decimals let the tiny model write zeros until the token limit: these schemas bound
+    # their digits (multipleOf, maxLength); a run of zeros is the model's loop, not a breach.
+    "exclusive_bounds": obj(
+        p={"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "multipleOf": 0.125}
+    ),
+    "number_bounds": obj(
+        price={"type": "number", "minimum": 0, "maximum": 1000, "multipleOf": 0.5}
+    ),
     "multiple_of_integer": obj(n={"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 95}),
     "multiple_of_decimal": obj(
         q={"type": "number", "multipleOf": 0.25, "minimum": 0, "maximum": 9}
@@ -144,7 +152,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "top_level_bounded_integer": {"type": "integer", "minimum": 1, "maximum": 12},
     "format_email": obj(email={"type": "string", "format": "email", "maxLength": 24}),
     "format_date": obj(day={"type": "string", "format": "date"}),
-    "format_time": obj(at={"type": "string", "format": "time"}),
+    "format_time": obj(at={"type": "string", "format": "time", "maxLength": 14}),
     "format_date_time": obj(when={"type": "string", "format": "date-time"}),
     "format_uuid": obj(id={"type": "string", "format": "uuid"}),
     "format_ipv4": obj(ip={"type": "string", "format": "ipv4"}),
