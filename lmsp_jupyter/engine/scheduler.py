@@ -154,8 +154,16 @@ class Engine:
     async def unload(self, model_id: str) -> None:
         """Free the model's weights and context on its worker thread, after its queued jobs."""
         worker = self._workers.get(model_id)
-        if worker is not None:
-            await asyncio.get_running_loop().run_in_executor(worker.generator, worker.unload)
+        if worker is None:
+            return
+        try:
+            unloaded = asyncio.get_running_loop().run_in_executor(worker.generator, worker.unload)
+        except RuntimeError:
+            # Executors take no new work once the interpreter exits (an in-process server is
+            # stopped at exit); their threads are joined by then, so nothing else holds the model.
+            worker.unload()
+            return
+        await unloaded
 
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry``'s template has reasoning between ``<think>`` tags."""

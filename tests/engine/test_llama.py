@@ -25,6 +25,7 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
+from lmsp_jupyter.engine.guidance import SchemaMatcher
 from lmsp_jupyter.engine.llama import LlamaRunner, LlamaTokenizer, no_weight_repacking
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
@@ -272,6 +273,7 @@ class GenerateSpy:
             params: SamplingParams,
             cancel: CancelToken,
             emit: Callable[[GenerationEvent], None],
+            matcher: SchemaMatcher | None = None,
         ) -> None:
             def spy(event: GenerationEvent) -> None:
                 if isinstance(event, GenerationDone):
@@ -280,7 +282,7 @@ class GenerateSpy:
                 emit(event)
 
             self.log.append(("start", prompt.text))
-            original(runner, prompt, params, cancel, spy)
+            original(runner, prompt, params, cancel, spy, matcher)
 
         monkeypatch.setattr(LlamaRunner, "generate", generate)
 
