@@ -18,7 +18,10 @@ export interface LmspLoadingProgress {
 export interface LmspModel {
   id: string;
   status: 'available' | 'loading' | 'loaded' | 'unavailable';
-  size_bytes: number;
+  /** Null for a model served by a remote server (its file is not here). */
+  size_bytes: number | null;
+  /** `local`, or the name of the remote server that serves it. */
+  owned_by: string;
   context_length: number;
   capabilities: string[];
   /** Only while loaded: memory taken, when it was loaded, when it unloads if idle (null: never). */

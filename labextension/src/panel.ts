@@ -19,6 +19,7 @@ import {
   listModels,
   listTasks
 } from './api';
+import { formatBytes, modelDetails } from './models';
 import { element } from './render/dom';
 import '../style/panel.css';
 
@@ -36,18 +37,6 @@ export const lmspIcon = new LabIcon({
     '<path d="M12 7.5l1.2 3.3 3.3 1.2-3.3 1.2-1.2 3.3-1.2-3.3-3.3-1.2 3.3-1.2z"/>' +
     '</g></svg>'
 });
-
-/** `253 MB`, `1.2 GB`: sizes the way disks count them. */
-export function formatBytes(bytes: number): string {
-  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1000 && unit < units.length - 1) {
-    value /= 1000;
-    unit += 1;
-  }
-  return `${value >= 100 || unit === 0 ? Math.round(value) : value.toFixed(1)} ${units[unit]}`;
-}
 
 /** `4 min 05 s`, `12 s`: a duration the way a countdown shows it. */
 export function formatDuration(seconds: number): string {
@@ -293,14 +282,6 @@ export class LmspPanel extends Widget {
     }
     await this.refresh();
   }
-}
-
-function modelDetails(model: LmspModel): string[] {
-  return [
-    formatBytes(model.size_bytes),
-    `${model.context_length.toLocaleString()} ctx`,
-    model.capabilities.join(', ')
-  ];
 }
 
 /** Adds the LMSP panel to the left area. */

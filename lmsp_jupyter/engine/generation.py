@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,13 +50,26 @@ class Prompt:
     """A rendered prompt and its tokens.
 
     A remote engine renders prompts itself: its prompt carries the messages and tools to send,
-    with no text and no tokens (their count is known only from the server's ``usage``).
+    with no text and no tokens, but an upper ``bound`` of their count and a ``counter`` that
+    asks the server for a closer one.
     """
 
     text: str
     tokens: list[int] = field(repr=False)
     messages: tuple[ChatMessage, ...] = field(default=(), repr=False)
     tools: tuple[ToolSpec, ...] = field(default=(), repr=False)
+    #: At least as many tokens as the prompt has, when it has no ``tokens`` (a remote prompt).
+    bound: int | None = None
+    #: Counts the prompt's tokens where they are rendered (a remote server): the count, and
+    #: whether it is exact (``False``: an estimate that errs high).
+    counter: Callable[[], Awaitable[tuple[int, bool]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def length(self) -> int:
+        """The prompt's tokens, or the upper bound of a prompt rendered elsewhere."""
+        return self.bound if self.bound is not None else len(self.tokens)
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,14 @@ class TextDelta:
     text: str
 
 
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Reasoning an engine reports apart from the text (a remote server's
+    ``reasoning_content``), produced since the last event."""
+
+    text: str
+
+
 StopReason = Literal["stop", "max_tokens", "context_length", "cancelled"]
 
 
@@ -110,7 +132,7 @@ class ToolCallDelta:
     arguments: str = ""
 
 
-GenerationEvent = TextDelta | ToolCallDelta | GenerationDone
+GenerationEvent = TextDelta | ReasoningDelta | ToolCallDelta | GenerationDone
 
 
 class GrammarError(ValueError):

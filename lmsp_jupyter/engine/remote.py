@@ -13,8 +13,8 @@ import json
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,6 +30,7 @@ from .generation import (
     GenerationDone,
     GenerationEvent,
     Prompt,
+    ReasoningDelta,
     SamplingParams,
     StopReason,
     TextDelta,
@@ -38,6 +39,8 @@ from .generation import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: What a remote model can do unless the configuration says otherwise.
 DEFAULT_CAPABILITIES: tuple[ModelCapability, ...] = ("streaming", "tools", "structured_output")
@@ -48,7 +51,16 @@ RETRY_DELAYS = (0.25, 1.0, 2.0)
 #: Statuses a server (or the proxy in front of it) gives while it cannot answer for now.
 _UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 
+#: Prompt tokens a chat template may add around each message (role markers), and once (a
+#: default system text), beyond the text it is given: the margin of a prompt's upper bound.
+TEMPLATE_TOKENS_PER_MESSAGE = 16
+TEMPLATE_TOKENS = 256
+
 StructuredOutput = Literal["auto", "json_schema", "json_object"]
+#: How a server counts a prompt's tokens: llama-server renders it (``/apply-template``) and
+#: tokenizes the text; vLLM tokenizes messages (``/tokenize``); llama-cpp-python's server
+#: tokenizes text only (``/extras/tokenize/count``), so its count is an estimate.
+_Counting = Literal["llama-server", "vllm", "extras", "none"]
 
 
 class RemoteServer(BaseModel):
@@ -123,6 +135,7 @@ class RemoteEngine:
         self._listed = False
         self._reachable: bool | None = None
         self._format: StructuredOutput = server.structured_output
+        self._counting: _Counting | None = None  # found out at the first count
         self._refreshing: asyncio.Future[None] | None = None
 
     # --- the server's models ----------------------------------------------------------------
@@ -263,7 +276,83 @@ class RemoteEngine:
             if not self.reachable:
                 raise EngineUnavailable(f"remote server {self.server.name!r} does not answer")
             self.get(entry.id)
-        return Prompt(text="", tokens=[], messages=tuple(messages), tools=tuple(tools))
+        messages, tools = tuple(messages), tuple(tools)
+
+        async def counter() -> tuple[int, bool]:
+            return await self._count(self._remote_id(entry), messages, tools)
+
+        return Prompt(
+            text="",
+            tokens=[],
+            messages=messages,
+            tools=tools,
+            bound=_bound(messages, tools),
+            counter=counter,
+        )
+
+    async def _count(
+        self, remote_id: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> tuple[int, bool]:
+        """The prompt's tokens as the server counts them, and whether the count is exact.
+
+        Each way is tried in turn the first time; the one that works is kept. A server with
+        none gets the upper bound (every token stands for at least one byte of text).
+        """
+        wire = {"messages": [_wire_message(message) for message in messages]}
+        if tools:
+            wire["tools"] = [tool.as_template_dict() for tool in tools]
+        ways: tuple[_Counting, ...] = (
+            (self._counting,) if self._counting else ("llama-server", "vllm", "extras")
+        )
+        for way in ways:
+            try:
+                counted = await self._count_by(way, remote_id, wire)
+            except httpx.TransportError as exc:
+                self._mark(False, _describe(exc))
+                raise EngineUnavailable(
+                    f"remote server {self.server.name!r} does not answer: {_describe(exc)}"
+                ) from None
+            if counted is not None:
+                self._counting = way
+                return counted
+        self._counting = "none"
+        return _bound(messages, tools), False
+
+    async def _count_by(
+        self, way: _Counting, remote_id: str, wire: dict[str, Any]
+    ) -> tuple[int, bool] | None:
+        """The count one way, or ``None`` if the server does not count that way."""
+        http, root = self._http(), self._root()
+        if way == "llama-server":
+            rendered = await http.post(f"{root}apply-template", json=wire)
+            prompt = _json_field(rendered, "prompt", str)
+            if prompt is None:
+                return None
+            body = {"content": prompt, "add_special": True, "parse_special": True}
+            tokens = _json_field(await http.post(f"{root}tokenize", json=body), "tokens", list)
+            return None if tokens is None else (len(tokens), True)
+        if way == "vllm":
+            body = {"model": remote_id, "add_generation_prompt": True, **wire}
+            count = _json_field(await http.post(f"{root}tokenize", json=body), "count", int)
+            return None if count is None else (count, True)
+        if way == "extras":
+            body = {"model": remote_id, "input": _plain_text(wire)}
+            response = await http.post(f"{root}extras/tokenize/count", json=body)
+            count = _json_field(response, "count", int)
+            if count is None:
+                return None
+            margin = TEMPLATE_TOKENS_PER_MESSAGE * len(wire["messages"]) + TEMPLATE_TOKENS
+            return count + margin, False
+        return None
+
+    def _root(self) -> str:
+        """The server's own root (its API root without ``/v1``), where counting endpoints are."""
+        url = self.server.url.rstrip("/")
+        return url.removesuffix("/v1") + "/" if url.endswith("/v1") else url + "/"
+
+    def _remote_id(self, entry: ModelEntry) -> str:
+        model = self._models.get(entry.id)
+        return model.remote_id if model else entry.id.removeprefix(f"{self.server.name}/")
 
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
@@ -273,8 +362,7 @@ class RemoteEngine:
         Closing the iterator, or ``cancel``, closes the upstream request: vLLM, llama-server
         and llama-cpp-python's server stop generating when their client goes away.
         """
-        model = self._models.get(entry.id)
-        remote_id = model.remote_id if model else entry.id.removeprefix(f"{self.server.name}/")
+        remote_id = self._remote_id(entry)
         attempt = 0
         while True:
             body = self._body(remote_id, entry, prompt, params)
@@ -291,7 +379,12 @@ class RemoteEngine:
                             f"({response.status_code}): {_error_text(response)}"
                         )
                     self._mark(True)
-                    async for event in _Chunks(response, cancel, body).events():
+                    chunks = _Chunks(response, cancel, body)
+                    async for event in chunks.events():
+                        if isinstance(event, GenerationDone) and chunks.unreported(event):
+                            event = replace(
+                                event, prompt_tokens=await self._prompt_tokens(body, prompt)
+                            )
                         yield event
                     return
             except _Lost as exc:
@@ -308,6 +401,26 @@ class RemoteEngine:
                     ) from None
                 await asyncio.sleep(RETRY_DELAYS[attempt])
                 attempt += 1
+
+    async def _prompt_tokens(self, body: dict[str, Any], prompt: Prompt) -> int:
+        """The prompt tokens of a streamed request whose server reported no usage
+        (llama-cpp-python's server streams none): the ``usage`` of the same request, not
+        streamed and cut at one token, where the server counts the prompt it rendered; if
+        that fails, the server's count of the prompt (or the upper bound), never 0."""
+        once = {key: value for key, value in body.items() if key != "stream_options"}
+        once.update(stream=False, max_tokens=1)
+        try:
+            response = await self._http().post("chat/completions", json=once)
+            response.raise_for_status()
+            return int(response.json()["usage"]["prompt_tokens"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "remote server %r reported no usage, nor did it count the prompt (%s)",
+                self.server.name,
+                _describe(exc),
+            )
+        tokens, _ = await self._count(body["model"], prompt.messages, prompt.tools)
+        return tokens
 
     def _body(
         self, remote_id: str, entry: ModelEntry, prompt: Prompt, params: SamplingParams
@@ -478,6 +591,11 @@ class _Chunks:
         events: list[GenerationEvent] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            # llama-server and vLLM's reasoning parsers; newer vLLM names it "reasoning"
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self.deltas += 1
+                events.append(ReasoningDelta(reasoning))
             if delta.get("content"):
                 self.deltas += 1
                 events.append(TextDelta(delta["content"]))
@@ -493,6 +611,10 @@ class _Chunks:
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
         return events
+
+    def unreported(self, done: GenerationDone) -> bool:
+        """Whether ``done`` ended an answer whose prompt the server did not count."""
+        return done.reason != "cancelled" and not isinstance(self.usage.get("prompt_tokens"), int)
 
     def _done(self, reason: StopReason) -> GenerationDone:
         details = self.usage.get("prompt_tokens_details") or {}
@@ -519,6 +641,33 @@ def _wire_message(message: ChatMessage) -> dict[str, Any]:
             for call in message.tool_calls
         ]
     return wire
+
+
+def _bound(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
+    """At least as many tokens as any template makes of ``messages`` and ``tools``: a token
+    stands for at least one byte of text, plus the markers a template adds."""
+    text = sum(len(json.dumps(_wire_message(m), ensure_ascii=False).encode()) for m in messages)
+    text += sum(len(json.dumps(tool.as_template_dict()).encode()) for tool in tools)
+    return text + TEMPLATE_TOKENS_PER_MESSAGE * len(messages) + TEMPLATE_TOKENS
+
+
+def _plain_text(wire: dict[str, Any]) -> str:
+    """Messages and tools as plain text, each message a role line and its content."""
+    lines = [f"{m['role']}\n{m.get('content') or ''}" for m in wire["messages"]]
+    lines += [json.dumps(m["tool_calls"]) for m in wire["messages"] if m.get("tool_calls")]
+    lines += [json.dumps(tool) for tool in wire.get("tools", [])]
+    return "\n".join(lines)
+
+
+def _json_field(response: httpx.Response, name: str, kind: type[T]) -> T | None:
+    """``response``'s JSON field ``name`` if it answered 200 with one of that ``kind``."""
+    if response.status_code != 200:
+        return None
+    try:
+        value = response.json().get(name)
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
 def _json_text(value: Any) -> str:

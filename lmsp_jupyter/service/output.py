@@ -74,6 +74,15 @@ class OutputBuilder:
             self._piece(is_reasoning, piece)
         return self._take()
 
+    def feed_reasoning(self, text: str) -> list[EventData]:
+        """The events of reasoning an engine reports apart from the text (a remote server's
+        ``reasoning_content``): it goes to the open reasoning item, or opens one."""
+        if text:
+            if self._text is not None:
+                self._close_text()
+            self._reason(text)
+        return self._take()
+
     def feed_call(self, index: int, name: str | None, arguments: str) -> list[EventData]:
         """The events of a piece of the ``index``-th call an engine reports apart from the
         text (a remote server's ``tool_calls``): the call's item opens with its name."""

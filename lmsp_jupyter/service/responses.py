@@ -25,6 +25,7 @@ from ..engine.generation import (
     GenerationDone,
     GrammarError,
     Prompt,
+    ReasoningDelta,
     SamplingParams,
     TextDelta,
     ToolCallDelta,
@@ -127,15 +128,7 @@ class ResponseService:
             raise LmspError("invalid_request", str(exc), param=decoding.constraint_param) from None
         except EngineError as exc:
             raise _engine_problem(exc) from None
-        window = self.engine.context_length(entry)
-        needed = len(prompt.tokens) + (request.max_output_tokens or 1)
-        if needed > window:
-            raise LmspError(
-                "context_length_exceeded",
-                f"{len(prompt.tokens)} prompt tokens + {request.max_output_tokens or 1} output "
-                f"tokens do not fit the context window of {window} tokens",
-                param="max_output_tokens" if request.max_output_tokens else "input",
-            )
+        await self._check_window(request, entry, prompt)
         keep_alive = _keep_alive(request)
         self.models.manager.check(entry)
         return ResponseRun(
@@ -147,6 +140,31 @@ class ResponseService:
             plan=decoding,
             keep_alive=keep_alive,
         )
+
+    async def _check_window(
+        self, request: ResponseRequest, entry: ModelEntry, prompt: Prompt
+    ) -> None:
+        """Refuse a request whose prompt and output do not fit the context window.
+
+        A prompt rendered elsewhere (a remote server) comes with an upper bound of its tokens;
+        only when that bound does not fit is the server asked to count them.
+        """
+        window = self.engine.context_length(entry)
+        output = request.max_output_tokens or 1
+        tokens, exact = prompt.length, prompt.bound is None
+        if tokens + output > window and prompt.counter is not None:
+            try:
+                tokens, exact = await prompt.counter()
+            except EngineError as exc:
+                raise _engine_problem(exc) from None
+        if tokens + output > window:
+            counted = f"{tokens} prompt tokens" if exact else f"about {tokens} prompt tokens"
+            raise LmspError(
+                "context_length_exceeded",
+                f"{counted} + {output} output tokens do not fit the context window of "
+                f"{window} tokens",
+                param="max_output_tokens" if request.max_output_tokens else "input",
+            )
 
     def _previous(self, request: ResponseRequest, owner: str) -> list[InputItem]:
         """The stored input and output that ``previous_response_id`` continues."""
@@ -275,6 +293,9 @@ class ResponseService:
                 if isinstance(generated, TextDelta):
                     pending = output.feed(generated.text)
                     for data in pending:
+                        yield event(data)
+                elif isinstance(generated, ReasoningDelta):
+                    for data in output.feed_reasoning(generated.text):
                         yield event(data)
                 elif isinstance(generated, ToolCallDelta):
                     for data in output.feed_call(

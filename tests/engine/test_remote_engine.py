@@ -22,11 +22,17 @@ from lmsp_jupyter.engine.generation import (
     EngineUnavailable,
     GenerationDone,
     GenerationEvent,
+    ReasoningDelta,
     SamplingParams,
     TextDelta,
     ToolCallDelta,
 )
-from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
+from lmsp_jupyter.engine.remote import (
+    TEMPLATE_TOKENS,
+    TEMPLATE_TOKENS_PER_MESSAGE,
+    RemoteEngine,
+    RemoteServer,
+)
 from lmsp_jupyter.engine.router import EngineRouter
 from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.protocol.errors import LmspError
@@ -135,6 +141,8 @@ def test_a_refused_json_schema_form_is_retried_as_json_object_and_remembered() -
         if request.url.path.endswith("/models"):
             return listing({"id": "m"})
         body = json.loads(request.content)
+        if not body["stream"]:  # the count of an unreported prompt
+            return httpx.Response(200, json={"usage": {"prompt_tokens": 9}})
         formats.append(body["response_format"]["type"])
         if body["response_format"]["type"] == "json_schema":
             return httpx.Response(500, json={"error": {"message": "response_format: bad type"}})
@@ -155,13 +163,15 @@ def test_a_request_is_retried_while_nothing_of_the_answer_has_come() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/models"):
             return listing({"id": "m"})
+        if not json.loads(request.content)["stream"]:  # the count of an unreported prompt
+            return httpx.Response(200, json={"usage": {"prompt_tokens": 9}})
         status = next(statuses)
         if status != 200:
             return httpx.Response(status)
         return sse(chunk({"content": "ok"}), chunk({}, "length"), "data: [DONE]\n\n")
 
     events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=1)))
-    assert events == [TextDelta("ok"), GenerationDone("max_tokens", 0, 1)]
+    assert events == [TextDelta("ok"), GenerationDone("max_tokens", 9, 1)]
 
 
 def test_a_request_still_refused_after_its_retries_is_unavailable() -> None:
@@ -227,3 +237,140 @@ def test_tool_calls_usage_and_the_forced_tool_reach_the_server_and_come_back() -
     assert bodies[0]["temperature"] == 0.0
     assert bodies[0]["max_tokens"] == 8
     assert bodies[0]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_stream_without_usage_counts_its_prompt_by_the_same_request_cut_at_one_token() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        bodies.append(json.loads(request.content))
+        if bodies[-1]["stream"]:
+            return sse(chunk({"content": "a"}), chunk({"content": "b"}, "stop"), "data: [DONE]\n\n")
+        return httpx.Response(200, json={"usage": {"prompt_tokens": 12, "completion_tokens": 1}})
+
+    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=8)))
+    assert events == [TextDelta("a"), TextDelta("b"), GenerationDone("stop", 12, 2)]
+    streamed, counted = bodies
+    assert streamed["stream_options"] == {"include_usage": True}
+    assert counted == {
+        **{key: value for key, value in streamed.items() if key != "stream_options"},
+        "stream": False,
+        "max_tokens": 1,
+    }
+
+
+def test_a_prompt_whose_usage_the_server_will_not_give_is_counted_as_before_sending() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return listing({"id": "m"})
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": 5})
+        if request.url.path != "/v1/chat/completions":
+            return httpx.Response(404)
+        if json.loads(request.content)["stream"]:
+            return sse(chunk({"content": "a"}, "stop"), "data: [DONE]\n\n")
+        return httpx.Response(200, json={"choices": []})
+
+    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=8)))
+    assert events[-1] == GenerationDone("stop", 5, 1)
+
+
+def test_reasoning_content_and_reasoning_deltas_are_reasoning_apart_from_the_text() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        usage = {"prompt_tokens": 3, "completion_tokens": 4}
+        return sse(
+            chunk({"reasoning_content": "Think"}),
+            chunk({"reasoning": "ing."}),  # vLLM's newer name
+            chunk({"reasoning_content": None, "content": "Red"}),
+            chunk({}, "stop"),
+            f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n",
+            "data: [DONE]\n\n",
+        )
+
+    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=8)))
+    assert events == [
+        ReasoningDelta("Think"),
+        ReasoningDelta("ing."),
+        TextDelta("Red"),
+        GenerationDone("stop", 3, 4),
+    ]
+
+
+# --- counting a prompt before it is sent ------------------------------------------------------
+
+
+async def count(remote: RemoteEngine) -> tuple[int, bool]:
+    entry = remote.get("gpu/m")
+    prompt = await remote.render(entry, [ChatMessage("user", "hi")])
+    assert prompt.bound is not None and prompt.counter is not None
+    assert prompt.length == prompt.bound >= len('{"role": "user", "content": "hi"}')
+    return await prompt.counter()
+
+
+def test_llama_server_counts_the_prompt_it_renders() -> None:
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        if request.url.path == "/v1/models":
+            return listing({"id": "m"})
+        body = json.loads(request.content)
+        if request.url.path == "/apply-template":
+            assert body == {"messages": [{"role": "user", "content": "hi"}]}
+            return httpx.Response(200, json={"prompt": "<user>hi<model>"})
+        assert request.url.path == "/tokenize"
+        assert body == {"content": "<user>hi<model>", "add_special": True, "parse_special": True}
+        return httpx.Response(200, json={"tokens": [2, 5, 6, 7]})
+
+    remote = engine(handler)
+    assert asyncio.run(count(remote)) == (4, True)
+    assert asyncio.run(count(remote)) == (4, True)
+    assert paths == ["/v1/models", "/apply-template", "/tokenize", "/apply-template", "/tokenize"]
+
+
+def test_vllm_counts_the_messages_it_is_given() -> None:
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        if request.url.path == "/v1/models":
+            return listing({"id": "m"})
+        if request.url.path != "/tokenize":
+            return httpx.Response(404)
+        body = json.loads(request.content)
+        assert body["model"] == "m" and body["add_generation_prompt"] is True
+        return httpx.Response(200, json={"count": 11, "tokens": [0] * 11})
+
+    remote = engine(handler)
+    assert asyncio.run(count(remote)) == (11, True)
+    assert asyncio.run(count(remote)) == (11, True)
+    assert paths == ["/v1/models", "/apply-template", "/tokenize", "/tokenize"]
+
+
+def test_a_server_that_tokenizes_text_only_gives_an_estimate_that_errs_high() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return listing({"id": "m"})
+        if request.url.path != "/extras/tokenize/count":
+            return httpx.Response(404)
+        assert json.loads(request.content) == {"model": "m", "input": "user\nhi"}
+        return httpx.Response(200, json={"count": 4})
+
+    tokens, exact = asyncio.run(count(engine(handler)))
+    assert (tokens, exact) == (4 + TEMPLATE_TOKENS_PER_MESSAGE + TEMPLATE_TOKENS, False)
+
+
+def test_a_server_that_cannot_count_leaves_the_upper_bound() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return listing({"id": "m"})
+        return httpx.Response(404)
+
+    remote = engine(handler)
+    entry = remote.get("gpu/m")
+    prompt = asyncio.run(remote.render(entry, [ChatMessage("user", "hi")]))
+    assert asyncio.run(count(remote)) == (prompt.bound, False)

@@ -23,7 +23,7 @@ from lmsp_jupyter.client import LmspClient
 from lmsp_jupyter.engine.catalog import DEFAULT_CONTEXT_LENGTH
 from tests.client.proxy import DroppingProxy, Request
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
-from tests.server.remote_engines import ALIAS, KINDS, OpenAIServer, require
+from tests.server.remote_engines import ALIAS, CONTEXT, KINDS, OpenAIServer, require
 from tests.server.sse import Event, parse_sse
 from tests.server.test_http import assert_problem
 
@@ -169,6 +169,7 @@ def test_a_sync_answer_is_the_remote_servers_own_answer(
     cut = choice["finish_reason"] == "length"
     assert answer["status"] == ("incomplete" if cut else "completed")
     assert answer["usage"]["output_tokens"] == direct["usage"]["completion_tokens"]
+    assert answer["usage"]["input_tokens"] == direct["usage"]["prompt_tokens"] > 0
 
 
 def test_a_streamed_answer_has_the_events_of_a_local_one(client: httpx.Client) -> None:
@@ -183,6 +184,7 @@ def test_a_streamed_answer_has_the_events_of_a_local_one(client: httpx.Client) -
     assert events[-2].data["item"]["content"][0]["text"] == text
     sync = client.post("/responses", json=ask()).json()
     assert message_text(sync) == text
+    assert events[-1].data["usage"]["input_tokens"] == sync["usage"]["input_tokens"] > 0
 
 
 def test_a_conversation_continues_on_the_remote(client: httpx.Client) -> None:
@@ -237,6 +239,33 @@ def test_a_forced_tool_call_is_a_function_call_item_with_valid_arguments(
     )
     assert deltas == call["arguments"]
     jsonschema.validate(json.loads(call["arguments"]), WEATHER["parameters"])
+
+
+def test_a_prompt_over_the_remote_window_is_refused_before_it_is_sent(
+    client: httpx.Client, upstream: DroppingProxy
+) -> None:
+    before = len(chat_requests(upstream))
+    response = client.post("/responses", json=ask(input="colour " * CONTEXT))
+    assert_problem(response, 400, "context_length_exceeded")
+    assert response.json()["param"] == "max_output_tokens"
+    task = client.post(
+        "/tasks", json={"type": "response", "request": ask(input="colour " * CONTEXT)}
+    )
+    assert_problem(task, 400, "context_length_exceeded")
+    assert chat_requests(upstream)[before:] == []
+
+
+def test_a_prompt_longer_in_bytes_than_the_window_but_not_in_tokens_is_answered(
+    client: httpx.Client, remote: OpenAIServer
+) -> None:
+    prompt = "red " * (CONTEXT // 4)
+    direct = remote.chat(
+        {"model": ALIAS, "messages": [{"role": "user", "content": prompt}], "max_tokens": 1}
+    )
+    response = client.post("/responses", json=ask(input=prompt))
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["input_tokens"] == direct["usage"]["prompt_tokens"]
+    assert len(prompt.encode()) + 8 > CONTEXT > direct["usage"]["prompt_tokens"] + 8
 
 
 # --- tasks ----------------------------------------------------------------------------------------

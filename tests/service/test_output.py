@@ -139,6 +139,20 @@ def test_reasoning_between_think_tags_split_across_chunks_becomes_a_reasoning_it
     assert builder.message_text == "Answer"
 
 
+def test_reasoning_reported_apart_from_the_text_is_one_reasoning_item_before_the_message() -> None:
+    builder = OutputBuilder(RESPONSE_ID, ContentMode.TEXT)  # no think tags expected
+    events = [
+        *builder.feed_reasoning("pl"),
+        *builder.feed_reasoning("an"),
+        *builder.feed("<think>Answer"),
+        *builder.finish(),
+    ]
+    assert names(events) == [ADDED, REASONING, REASONING, DONE, ADDED, TEXT, DONE]
+    reasoning, message = builder.items
+    assert reasoning == OutputReasoning(id=reasoning.id, summary=[SummaryText(text="plan")])
+    assert message == OutputMessage(id=message.id, content=[OutputText(text="<think>Answer")])
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 100])
 def test_reasoning_split_is_the_same_whatever_the_chunk_size(size: int) -> None:
     builder, _ = build(
