@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from jupyter_server.auth.decorator import allow_unauthenticated
@@ -16,7 +16,7 @@ from tornado.web import HTTPError
 from ..protocol.errors import LmspError
 from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
-from ..service.idempotency import Answer, IdempotencyKeys, Outcome, fingerprint
+from ..service.idempotency import Action, IdempotencyKeys, Outcome, fingerprint
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store import store_problem
@@ -104,9 +104,7 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         _check_version(self.request.headers.get("LMSP-Version"))
         require(self.principal, self.scopes.get(self.request.method or ""))
 
-    async def idempotent(
-        self, action: Callable[[], Awaitable[Answer]], *, wait_if_running: bool
-    ) -> Outcome | None:
+    async def idempotent(self, action: Action, *, wait_if_running: bool) -> Outcome | None:
         """Run a creating request under its ``Idempotency-Key``, if it has one (9.2)."""
         keys: IdempotencyKeys = self.settings["lmsp_idempotency"]
         key = self.request.headers.get("Idempotency-Key")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from jupyter_server.utils import url_path_join
 
 from .. import __version__
@@ -10,7 +12,7 @@ from ..protocol.errors import LmspError
 from ..protocol.models import AuthInfo, ServiceDocument, ServiceInfo
 from ..protocol.requests import parse_response_request
 from ..protocol.tasks import Task, TaskList
-from ..service.idempotency import Answer
+from ..service.idempotency import Answer, Claim
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
 from .openapi import OpenApiHandler
@@ -92,7 +94,7 @@ class ResponsesHandler(LmspHandler):
         self.set_status(outcome.status)
         self.finish(outcome.body)
 
-    async def _respond(self) -> Answer:
+    async def _respond(self, claim: Claim | None) -> Answer:
         request = parse_response_request(self.json_body())
         run = await self.service.start(request, self.principal.owner)
         if not request.stream:
@@ -126,8 +128,12 @@ class TasksHandler(LmspHandler):
     async def post(self) -> None:
         owner = self.principal.owner
 
-        async def create() -> tuple[int, str]:
-            task = await self.tasks.create(self.json_body(), owner)
+        async def create(claim: Claim | None) -> tuple[int, str]:
+            def keep(db: sqlite3.Connection, task: Task) -> None:
+                if claim is not None:  # the key's answer is stored with the task
+                    claim.keep(db, 202, task.model_dump_json())
+
+            task = await self.tasks.create(self.json_body(), owner, keep)
             return 202, task.model_dump_json()
 
         outcome = await self.idempotent(create, wait_if_running=True)

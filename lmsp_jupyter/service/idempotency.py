@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,30 @@ class Outcome:
 #: What an action returns: its answer, or ``None`` when it has none to keep (it was cut short,
 #: or failed on the server's side after its reply had begun, as a stream can).
 Answer = tuple[int, str] | None
+
+
+class Claim:
+    """A key whose first attempt runs now.
+
+    An action that creates something durable writes its answer with ``keep`` inside the very
+    transaction that creates it: a process killed between the two would otherwise leave the
+    creation stored and its key free, and a retry would create it a second time.
+    """
+
+    def __init__(self, records: IdempotencyRecords, owner: str, key: str) -> None:
+        self._records = records
+        self._owner = owner
+        self._key = key
+        self.kept = False
+
+    def keep(self, db: sqlite3.Connection, status: int, body: str) -> None:
+        """Record the answer in ``db``'s open transaction."""
+        self._records.complete_in(db, self._owner, self._key, status, body)
+        self.kept = True
+
+
+#: A creating request: given the claim on its key (``None``: no key), it returns its answer.
+Action = Callable[[Claim | None], Awaitable[Answer]]
 
 
 def fingerprint(path: str, body: bytes, value: object = None) -> str:
@@ -72,7 +97,7 @@ class IdempotencyKeys:
         owner: str,
         key: str | None,
         fingerprint: str,
-        action: Callable[[], Awaitable[Answer]],
+        action: Action,
         *,
         wait_if_running: bool,
     ) -> Outcome | None:
@@ -83,7 +108,7 @@ class IdempotencyKeys:
         action had no answer to keep, and the key is free again.
         """
         if key is None:
-            answer = await action()
+            answer = await action(None)
             return None if answer is None else Outcome(*answer, replayed=False)
         _check_key(key)
         slot = (owner, key)
@@ -114,14 +139,17 @@ class IdempotencyKeys:
         self,
         slot: tuple[str, str],
         fingerprint: str,
-        action: Callable[[], Awaitable[Answer]],
+        action: Action,
     ) -> Outcome | None:
         owner, key = slot
         self.records.begin(owner, key, fingerprint, now())
+        claim = Claim(self.records, owner, key)
         done = self._running[slot] = asyncio.get_running_loop().create_future()
         try:
-            answer = await action()
+            answer = await action(claim)
         except LmspError as error:
+            if claim.kept:  # what was created keeps its key, whatever failed after
+                raise
             if error.status < 500:
                 self.records.complete(
                     owner, key, error.status, error.to_problem().model_dump_json()
@@ -130,7 +158,8 @@ class IdempotencyKeys:
                 self.records.forget(owner, key)
             raise
         except BaseException:
-            self.records.forget(owner, key)
+            if not claim.kept:
+                self.records.forget(owner, key)
             raise
         finally:
             del self._running[slot]
@@ -138,7 +167,8 @@ class IdempotencyKeys:
         if answer is None:
             self.records.forget(owner, key)
             return None
-        self.records.complete(owner, key, *answer)
+        if not claim.kept:
+            self.records.complete(owner, key, *answer)
         return Outcome(*answer, replayed=False)
 
     def purge(self) -> int:

@@ -11,7 +11,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,8 +197,9 @@ class TaskRecords:
         request: str,
         metadata: dict[str, str],
         at: int,
+        then: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
-        """A new queued task."""
+        """A new queued task; ``then`` writes more in the same transaction."""
         with self.store.transaction() as db:
             db.execute(
                 "INSERT INTO tasks"
@@ -206,6 +207,8 @@ class TaskRecords:
                 " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
                 (task_id, owner, model, at, response_id, request, dumps(metadata)),
             )
+            if then is not None:
+                then(db)
 
     def get(self, task_id: str) -> sqlite3.Row | None:
         """One task's row."""
@@ -353,10 +356,15 @@ class IdempotencyRecords:
     def complete(self, owner: str, key: str, status: int, body: str) -> None:
         """Record the answer given under a key."""
         with self.store.transaction() as db:
-            db.execute(
-                "UPDATE idempotency SET status = ?, body = ? WHERE owner = ? AND key = ?",
-                (status, body, owner, key),
-            )
+            self.complete_in(db, owner, key, status, body)
+
+    @staticmethod
+    def complete_in(db: sqlite3.Connection, owner: str, key: str, status: int, body: str) -> None:
+        """Record the answer given under a key, in ``db``'s open transaction."""
+        db.execute(
+            "UPDATE idempotency SET status = ?, body = ? WHERE owner = ? AND key = ?",
+            (status, body, owner, key),
+        )
 
     def forget(self, owner: str, key: str) -> None:
         """Release a key (the first attempt failed on the server's side)."""

@@ -13,7 +13,7 @@ import json
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter, ValidationError
@@ -43,13 +43,15 @@ STORE_RETRY_SECONDS = 0.5
 @dataclass(frozen=True)
 class Interrupted:
     """The ``error`` event that ends the live followers of a task whose events cannot be
-    stored for now. It has no id: a client that reconnects resumes after the last stored one."""
+    stored for now. Its id is that of the last stored event (every event has one, 6.3): a
+    client that reconnects with it as its cursor resumes right after what was stored."""
 
     problem: Problem
+    last_id: int
 
     def to_sse(self) -> bytes:
         """The event as SSE bytes."""
-        return sse_frame(None, "error", StreamError(error=self.problem).model_dump_json())
+        return sse_frame(self.last_id, "error", StreamError(error=self.problem).model_dump_json())
 
 
 _METADATA = TypeAdapter(Metadata)
@@ -82,7 +84,7 @@ class _Channel:
 
     def interrupt(self, problem: Problem) -> None:
         """End the live followers with an ``error`` event (the store fails)."""
-        self.interrupted = Interrupted(problem)
+        self.interrupted = Interrupted(problem, self.events[-1].id if self.events else 0)
         self._wake_all()
 
     def _wake_all(self) -> None:
@@ -140,8 +142,17 @@ class TaskService:
 
     # --- creating and running -------------------------------------------------------------
 
-    async def create(self, body: dict[str, object], owner: str) -> Task:
-        """Validate a task request like a response request, then queue it (no task on error)."""
+    async def create(
+        self,
+        body: dict[str, object],
+        owner: str,
+        then: Callable[[sqlite3.Connection, Task], None] | None = None,
+    ) -> Task:
+        """Validate a task request like a response request, then queue it (no task on error).
+
+        ``then`` is given the new task inside the transaction that stores it (an idempotency
+        key records its answer there: both are stored, or neither).
+        """
         task_request = validate_request(TaskRequest, body)
         try:
             request = parse_response_request({**task_request.request, "stream": False})
@@ -157,14 +168,23 @@ class TaskService:
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         queued = _Queued(task_id=new_id("task"), run=run)
+        metadata = request.metadata or {}
+        created = Task(
+            id=queued.task_id,
+            status="queued",
+            created_at=run.created_at,
+            response_id=run.id,
+            metadata=metadata,
+        )
         self.records.insert(
             task_id=queued.task_id,
             owner=owner,
             model=run.entry.id,
             response_id=run.id,
             request=request.model_dump_json(by_alias=True, exclude_none=True),
-            metadata=request.metadata or {},
+            metadata=metadata,
             at=run.created_at,
+            then=None if then is None else lambda db: then(db, created),
         )
         self._channels[queued.task_id] = _Channel()
         self._queues.setdefault(run.entry.id, deque()).append(queued)

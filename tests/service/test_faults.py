@@ -28,9 +28,12 @@ from lmsp_jupyter.engine.generation import (
 )
 from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, ResponseFailed
 from lmsp_jupyter.protocol.requests import parse_response_request
+from lmsp_jupyter.protocol.tasks import Task
+from lmsp_jupyter.service.idempotency import Action, Claim, IdempotencyKeys
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
 from lmsp_jupyter.service.store import (
+    IdempotencyRecords,
     ResponseRecords,
     Store,
     StoredEvent,
@@ -216,8 +219,8 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
             store.fault = sqlite3.OperationalError("database or disk is full")
     assert isinstance(live[-1], Interrupted)
     frame = live[-1].to_sse().decode()
-    assert frame.startswith("event: error\ndata: ") and "id:" not in frame
     received = live[:-1]
+    assert frame.startswith(f"id: {len(received)}\nevent: error\ndata: ")  # resume from it
     assert_one_final_last([*received, StoredEvent(len(received) + 1, "response.failed", "{}")])
     await asyncio.sleep(0.1)
     assert tasks.get(task.id, "jupyter").status == "in_progress"  # not final until stored
@@ -227,6 +230,8 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
     assert [e.to_sse() for e in stored[: len(received)]] == [e.to_sse() for e in received]
     assert_one_final_last(stored)
     assert stored[-1].event == "response.failed"
+    resumed = await follow_all(tasks, task.id, live[-1].last_id)  # from the error event's id
+    assert [e.to_sse() for e in resumed] == [stored[-1].to_sse()]
     assert tasks.get(task.id, "jupyter").status == "failed"
     assert integrity(store.path) == "ok"
 
@@ -351,4 +356,74 @@ def test_a_read_only_file_system_fails_writes_and_the_store_recovers(
         subprocess.run(["mount", "-o", "remount,rw", str(tiny_filesystem)], check=True)
     append_one(records, "t", 2)
     assert [e.id for e in records.events_after("t", 0)] == [1, 2]
+    assert integrity(store.path) == "ok"
+
+
+# --- a task and its idempotency key ----------------------------------------------------------
+
+
+class Killed(BaseException):
+    """The process dies here (nothing after it runs, nothing is cleaned up)."""
+
+
+def keyed_create(tasks: TaskService, body: dict[str, Any], *, then_die: bool = False) -> Action:
+    """The task endpoint's action: the key's answer is kept in the task's own transaction."""
+
+    async def create(claim: Claim | None) -> tuple[int, str]:
+        def keep(db: sqlite3.Connection, task: Task) -> None:
+            assert claim is not None
+            claim.keep(db, 202, task.model_dump_json())
+
+        task = await tasks.create(body, "jupyter", keep)
+        if then_die:
+            raise Killed
+        return 202, task.model_dump_json()
+
+    return create
+
+
+def task_ids(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return [row[0] for row in db.execute("SELECT id FROM tasks")]
+
+
+async def test_a_process_killed_after_storing_a_task_leaves_its_key_answered(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.db")
+    _, tasks = services(ScriptedEngine(deltas=("a",)), store)
+    body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
+    first = IdempotencyKeys(IdempotencyRecords(store))
+    with pytest.raises(Killed):
+        await first.once(
+            "jupyter", "k", "print", keyed_create(tasks, body, then_die=True), wait_if_running=True
+        )
+    [created] = task_ids(store.path)
+    restarted = IdempotencyKeys(IdempotencyRecords(store))  # a new process: nothing running
+    retry = await restarted.once(
+        "jupyter", "k", "print", keyed_create(tasks, body), wait_if_running=True
+    )
+    assert retry is not None and retry.replayed and retry.status == 202
+    assert Task.model_validate_json(retry.body).id == created
+    assert task_ids(store.path) == [created]  # not created twice
+    await wait_final(tasks, created)
+
+
+async def test_a_task_whose_key_cannot_be_recorded_is_not_created(tmp_path: Path) -> None:
+    store = FaultyStore(tmp_path / "s.db")
+    _, tasks = services(ScriptedEngine(deltas=("a",)), store)
+    body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
+    keys = IdempotencyKeys(IdempotencyRecords(store))
+    store.on = ("UPDATE IDEMPOTENCY",)
+    store.fault = sqlite3.OperationalError("disk I/O error")
+    with pytest.raises(sqlite3.OperationalError):
+        await keys.once("jupyter", "k", "print", keyed_create(tasks, body), wait_if_running=True)
+    store.fault = None
+    assert task_ids(store.path) == []  # both or neither
+    retry = await keys.once(
+        "jupyter", "k", "print", keyed_create(tasks, body), wait_if_running=True
+    )
+    assert retry is not None and not retry.replayed
+    assert task_ids(store.path) == [Task.model_validate_json(retry.body).id]
+    await wait_final(tasks, task_ids(store.path)[0])
     assert integrity(store.path) == "ok"
