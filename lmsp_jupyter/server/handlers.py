@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from jupyter_server.utils import url_path_join
 
 from .. import __version__
 from ..engine.generation import CancelToken
 from ..protocol.errors import LmspError
+from ..protocol.events import ResponseEvent
 from ..protocol.models import AuthInfo, ServiceDocument, ServiceInfo
 from ..protocol.requests import parse_response_request
 from ..protocol.tasks import Task, TaskList
 from ..service.idempotency import Answer, Claim
+from ..service.responses import ResponseRun
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
 from .openapi import OpenApiHandler
 from .sse import EventStream
 
+#: The ends of a stream that its key answers again (the others free the key).
+_ANSWERED = ("completed", "incomplete")
 #: Query arguments ``metadata.KEY=VALUE`` filter a task listing (LMSP 1.0 section 7).
 METADATA_PREFIX = "metadata."
 
@@ -99,12 +105,31 @@ class ResponsesHandler(LmspHandler):
         run = await self.service.start(request, self.principal.owner)
         if not request.stream:
             return 200, (await self.service.complete(run)).model_dump_json()
-        self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
-        await self._stream.send(self.service.events(run, CancelToken()))
+        stream = self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
+        await stream.send(self._kept(self.service.events(run, CancelToken()), run, stream, claim))
         self.finish()
-        if run.status not in ("completed", "incomplete"):
+        if run.status not in _ANSWERED:
             return None  # the client left, or generation failed: no answer to give again
-        return 200, self._stream.transcript
+        return 200, stream.transcript
+
+    async def _kept(
+        self,
+        events: AsyncGenerator[ResponseEvent, None],
+        run: ResponseRun,
+        stream: EventStream,
+        claim: Claim | None,
+    ) -> AsyncIterator[ResponseEvent]:
+        """``events``, with the key's answer recorded before the final event goes out: a
+        client that received the whole stream gets it again from its key, even when the
+        process dies right after."""
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if claim is not None and event.is_final and run.status in _ANSWERED:
+                    try:
+                        claim.answer(200, stream.transcript + event.to_sse().decode())
+                    except Exception:  # the stream still ends; the key is recorded after it
+                        self.log.exception("the answer of %s could not be kept", run.id)
+                yield event
 
     def on_connection_close(self) -> None:
         if self._stream is not None:

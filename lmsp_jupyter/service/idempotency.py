@@ -48,6 +48,11 @@ class Claim:
         self._records.complete_in(db, self._owner, self._key, status, body)
         self.kept = True
 
+    def answer(self, status: int, body: str) -> None:
+        """Record the answer now, before the client has all of it (a stream's last event)."""
+        self._records.complete(self._owner, self._key, status, body)
+        self.kept = True
+
 
 #: A creating request: given the claim on its key (``None``: no key), it returns its answer.
 Action = Callable[[Claim | None], Awaitable[Answer]]

@@ -1,0 +1,23 @@
+"""Crash consistency as a standing suite (see ``tests/server/crash.py``).
+
+CI runs a few seeded kill points; ``LMSP_CRASH_LONG=1`` runs the long form by hand
+(``docs/reliability.md``): 30 kill points on one data directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.server.crash import CrashRun
+
+LONG = os.environ.get("LMSP_CRASH_LONG") == "1"
+KILL_POINTS = 30 if LONG else 3
+SEED = int(os.environ.get("LMSP_CRASH_SEED", "12"))
+
+
+def test_nothing_a_client_was_given_is_lost_across_sigkills(tmp_path: Path) -> None:
+    figures = CrashRun(tmp_path, SEED).run(KILL_POINTS)
+    print(f"\ncrash consistency, seed {SEED}: {figures}")
+    assert figures.kill_points == KILL_POINTS
+    assert figures.tasks_checked > 0 and figures.keys_retried > 0
