@@ -7,7 +7,7 @@ import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { cancelTask } from './api';
+import { cancelTask, listTasks } from './api';
 import { TaskFollower, type FollowEnd } from './follow';
 import type { KernelMessenger } from './kernel';
 import { AnswerView, type AnswerState, type Response } from './render';
@@ -30,6 +30,10 @@ function request(url: string, init: RequestInit = {}): Promise<globalThis.Respon
   return ServerConnection.makeRequest(url, init, settings);
 }
 
+/** How often, and how long, a decision made in a restored answer looks for the next round. */
+const NEXT_ROUND_POLL_MS = 1000;
+const NEXT_ROUND_WAIT_MS = 10 * 60 * 1000;
+
 const NOTES: Record<string, string> = {
   event_history_expired: 'The live events of this round have expired; showing what was saved.',
   task_not_found: 'This task is no longer on the server; showing what was saved.'
@@ -48,8 +52,10 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
     this.addClass('lmsp-rendered-task');
     this._view = new AnswerView({
       stop: () => void this._stop(),
-      decide: (callId, decision) =>
-        this._send({ type: 'decide', ask_id: this._askId(), call_id: callId, decision })
+      decide: (callId, decision) => {
+        this._send({ type: 'decide', ask_id: this._askId(), call_id: callId, decision });
+        this._awaitNextRound(callId, decision);
+      }
     });
     this.node.append(this._view.node);
     messenger.kernelsChanged.connect(this._updateActions, this);
@@ -140,6 +146,50 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
         round.task_id === taskId ? { ...round, response: task.result ?? null } : round
       )
     });
+  }
+
+  /**
+   * After a decision the kernel runs the call, starts the ask's next round and updates its
+   * display. An answer the restore plugin put back is not that display: it finds the next
+   * round among the ask's tasks itself and follows it. It stops looking as soon as the
+   * kernel's own update comes (a new state), or after a while.
+   */
+  private _awaitNextRound(callId: string, decision: 'approve' | 'deny'): void {
+    const state = this._view.answer.state;
+    if (!state) {
+      return;
+    }
+    const known = new Set(state.rounds.map(round => round.task_id));
+    const until = Date.now() + NEXT_ROUND_WAIT_MS;
+    const waiting = (): boolean => !this.isDisposed && this._view.answer.state === state;
+    const look = async (): Promise<void> => {
+      const tasks = waiting()
+        ? await listTasks({ limit: 5, metadata: { ask: state.ask_id } }).catch(() => [])
+        : [];
+      const next = tasks.find(task => !known.has(task.id));
+      if (!waiting()) {
+        return;
+      }
+      if (!next) {
+        if (Date.now() < until) {
+          window.setTimeout(() => void look(), NEXT_ROUND_POLL_MS);
+        }
+        return;
+      }
+      const call = state.tool_calls[callId];
+      const decided = decision === 'approve' ? ('approved' as const) : ('denied' as const);
+      this._view.setState({
+        ...state,
+        status: 'in_progress',
+        tool_calls: call
+          ? { ...state.tool_calls, [callId]: { ...call, decision: decided } }
+          : state.tool_calls,
+        rounds: [...state.rounds, { task_id: next.id, response: null }]
+      });
+      this._follow();
+      this._updateActions();
+    };
+    window.setTimeout(() => void look(), NEXT_ROUND_POLL_MS);
   }
 
   private _askId(): string {

@@ -8,7 +8,7 @@
  * purpose, and whose outputs are nothing or older answers of that same cell.
  */
 import { isRunning, type LmspTask } from './api';
-import type { AnswerState, AnswerStatus, Response } from './render';
+import type { AnswerState, AnswerStatus, OutputFunctionCall, Response } from './render';
 
 /** What the plan needs to know of one output of a cell. */
 export interface OutputSummary {
@@ -94,12 +94,36 @@ export function planRestorations(
   return plan;
 }
 
-/** The output of an ask from its tasks (oldest first): live if the last one still runs. */
+/** The function calls a response ended with. */
+function functionCalls(response: Response): OutputFunctionCall[] {
+  return response.output.filter(
+    (item): item is OutputFunctionCall => item.type === 'function_call'
+  );
+}
+
+/**
+ * The output of an ask from its tasks (oldest first): live if the last one still runs. An ask
+ * whose last round completed with function calls, and has no round after it, waits on its
+ * kernel for them: it comes back waiting for a decision (`requires_action`), each call
+ * `pending` with its Approve and Deny, which the kernel takes if it still has the ask (a call
+ * the kernel runs or has decided on meanwhile ignores the click).
+ */
 function restoration(cellId: string, askId: string, rounds: LmspTask[]): Restoration {
   const last = rounds[rounds.length - 1];
   const result = last.result;
   const running = isRunning(last);
-  const status: AnswerStatus = running ? 'in_progress' : (result?.status ?? last.status);
+  const calls = !running && result?.status === 'completed' ? functionCalls(result) : [];
+  const status: AnswerStatus = running
+    ? 'in_progress'
+    : calls.length > 0
+      ? 'requires_action'
+      : (result?.status ?? last.status);
+  const toolCalls = Object.fromEntries(
+    calls.map(call => [
+      call.call_id,
+      { name: call.name, arguments: call.arguments, decision: 'pending' as const, output: null }
+    ])
+  );
   const state: AnswerState = {
     version: 1,
     ask_id: askId,
@@ -107,7 +131,7 @@ function restoration(cellId: string, askId: string, rounds: LmspTask[]): Restora
     model: rounds.find(task => task.result)?.result?.model ?? '',
     status,
     rounds: rounds.map(task => ({ task_id: task.id, response: task.result ?? null })),
-    tool_calls: {},
+    tool_calls: toolCalls,
     error: running ? null : (last.error ?? null)
   };
   const text = [result ? messageText(result) : '', `[${status}] ${last.id}`]

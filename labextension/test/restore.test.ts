@@ -88,6 +88,40 @@ describe('planRestorations', () => {
     expect(restored.text).toBe('the end\n[incomplete] task_3');
   });
 
+  it('puts an ask whose last round ended with calls back waiting for their decision', () => {
+    const called = task('task_2', { cell: 'c1', ask: 'ask_1' });
+    called.result!.output = [
+      {
+        type: 'function_call',
+        id: 'fc_1',
+        call_id: 'call_1',
+        name: 'weather',
+        arguments: '{"city": "Paris"}'
+      }
+    ];
+    const [restored] = planRestorations([called], [cell()], new Set());
+    expect(restored.state.status).toBe('requires_action');
+    expect(restored.state.tool_calls).toEqual({
+      call_1: { name: 'weather', arguments: '{"city": "Paris"}', decision: 'pending', output: null }
+    });
+    expect(restored.text).toBe('[requires_action] task_2');
+    // a round after the calls: they were decided, and the ask went on
+    const next = task('task_3', { cell: 'c1', ask: 'ask_1' }, 'completed', 'Sunny.');
+    const [went] = planRestorations([next, called], [cell()], new Set());
+    expect(went.state.status).toBe('completed');
+    expect(went.state.tool_calls).toEqual({});
+  });
+
+  it('does not wait for calls of a round that did not complete', () => {
+    const cut = task('task_2', { cell: 'c1', ask: 'ask_1' }, 'incomplete');
+    cut.result!.output = [
+      { type: 'function_call', id: 'fc_1', call_id: 'call_1', name: 'weather', arguments: '{' }
+    ];
+    const [restored] = planRestorations([cut], [cell()], new Set());
+    expect(restored.state.status).toBe('incomplete');
+    expect(restored.state.tool_calls).toEqual({});
+  });
+
   it('restores only the newest ask of a cell, each cell its own', () => {
     const tasks = [
       task('task_4', { cell: 'c2', ask: 'ask_3' }),

@@ -226,3 +226,55 @@ def test_two_asks_in_two_cells_come_back_each_to_its_own_cell_with_no_kernel(
         assert normalized(notebook.message(index)) == normalized(server_text(lab, task))
         assert notebook.cell(index).locator(".lmsp-answer").count() == 1
     assert notebook.cell(0).locator(".jp-OutputArea-output").count() == 0
+
+
+TOOL = (
+    "import lmsp_jupyter\n"
+    "calls = []\n\n"
+    "@lmsp_jupyter.tool\n"
+    "def weather(city: str) -> str:\n"
+    '    """The weather in a city."""\n'
+    "    calls.append(city)\n"
+    '    return "sunny"'
+)
+ASK_WEATHER = (
+    "%lmsp ask --tools weather --tool-choice weather --max-tokens 24 --temperature 0 "
+    "The weather in Paris:"
+)
+
+
+@pytest.mark.timeout(1200)
+def test_a_reload_while_a_call_waits_for_approval_brings_the_approval_back(
+    browser: Browser, lab: LiveServer
+) -> None:
+    name = write_notebook(lab, "approval.ipynb", LOAD, TOOL, ASK_WEATHER, "print(calls)")
+    notebook = opened(browser, lab, name)
+    for index in (0, 1, 2):
+        notebook.run(index)
+    approve = notebook.cell(2).locator(".lmsp-approve")
+    notebook.wait_until(lambda: approve.count() > 0 and approve.first.is_enabled(), 300, "Approve")
+    (first,) = notebook_tasks(lab, name)
+
+    reload_unsaved(notebook)
+    notebook.wait_until(lambda: approve.count() > 0, 30, "the approval back in its cell")
+    assert approve.first.is_enabled()  # its kernel still runs: the click can reach it
+    assert notebook.status(2) == "requires_action"
+    assert notebook.task_id(2) == first["id"]
+    card = notebook.cell(2).locator(".lmsp-call").first
+    assert card.get_attribute("data-decision") == "pending"
+    assert "weather" in card.inner_text()
+    notebook.screenshot("restored-approval.png")
+
+    approve.first.click()  # the kernel runs the tool and asks again; the cell follows
+    status = notebook.wait_final(2, 600)
+    second, earlier = notebook_tasks(lab, name)
+    assert earlier["id"] == first["id"]
+    assert second["metadata"]["ask"] == first["metadata"]["ask"]
+    assert status == server_task(lab, second["id"])["status"]
+    assert card.get_attribute("data-decision") == "approved"
+    assert normalized(notebook.message(2)) == normalized(server_text(lab, second["id"]))
+    assert notebook.cell(2).locator(".lmsp-answer").count() == 1
+    notebook.wait_idle()
+    notebook.run(3)
+    notebook.wait_until(lambda: "[" in notebook.output_text(3), 30, "the printed calls")
+    assert notebook.output_text(3).count("'") == 2  # the tool ran once, after the one click
