@@ -12,9 +12,11 @@ branches cannot overlap and recursive references. What it cannot compile is refu
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from functools import lru_cache
+from re import _parser as sre_parse  # type: ignore[attr-defined]  # reads a pattern's structure
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +33,18 @@ MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 16
 #: Nesting of JSON containers anywhere in a schema (``const``, ``enum`` and ``default`` included).
 MAX_JSON_DEPTH = 64
+
+#: Lengths and counts a schema or pattern may ask for; more cannot fit any context window and
+#: would make the decoder's automata (and the validators) build huge states.
+MAX_SCHEMA_COUNT = 10_000
+_COUNTS = (
+    *("minLength", "maxLength", "minItems", "maxItems"),
+    *("minProperties", "maxProperties", "minContains", "maxContains"),
+)
+#: A ``minLength`` beside a ``pattern``: the decoder intersects them into one automaton, which
+#: grows with the length (at 4,000 llguidance gives up mid-answer).
+MAX_PATTERN_MIN_LENGTH = 1_000
+_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT)
 
 #: Compact JSON with a space after separators: no whitespace for a small model to loop in.
 _OPTIONS: JsonCompileOptions = {
@@ -95,7 +109,65 @@ def _check_depth(schema: Any) -> None:
         value, depth = schemas.pop()
         if depth > MAX_SCHEMA_DEPTH:
             raise GrammarError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        _check_sizes(value)
         schemas += [(child, depth + 1) for child in _subschemas(value)]
+
+
+def _check_sizes(schema: Any) -> None:
+    """One schema's counts and patterns, before anything compiles them."""
+    if not isinstance(schema, dict):
+        return
+    for key in _COUNTS:
+        count = schema.get(key, 0)
+        if (
+            not isinstance(count, bool)
+            and isinstance(count, int | float)
+            and count > MAX_SCHEMA_COUNT
+        ):
+            raise GrammarError(f"{key} is over {MAX_SCHEMA_COUNT}")
+    least = schema.get("minLength", 0)
+    if "pattern" in schema and isinstance(least, int | float) and least > MAX_PATTERN_MIN_LENGTH:
+        raise GrammarError(f"minLength beside a pattern is over {MAX_PATTERN_MIN_LENGTH}")
+    patterns = [schema.get("pattern")]
+    if isinstance(schema.get("patternProperties"), dict):
+        patterns += list(schema["patternProperties"])
+    for pattern in patterns:
+        if isinstance(pattern, str):
+            _check_pattern(pattern)
+
+
+def _check_pattern(pattern: str) -> None:
+    """Refuse patterns that make a backtracking engine (the validators') take exponential
+    time or that spell out huge repetitions: a variable repetition inside another, or around
+    an alternation (``(a+)+``, ``(a|aa)*``), and repeat counts over ``MAX_SCHEMA_COUNT``.
+    Patterns ``re`` cannot read are left to the decoder's own checks."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return
+    nodes: list[tuple[Any, int, bool]] = [(parsed, 1, False)]
+    while nodes:
+        items, spelled, in_variable = nodes.pop()
+        for op, argument in items:
+            if op in _REPEATS:
+                low, high, body = argument
+                count = spelled * (low if high == sre_parse.MAXREPEAT else high)
+                if count > MAX_SCHEMA_COUNT:
+                    raise GrammarError(f"pattern {pattern!r} repeats over {MAX_SCHEMA_COUNT}")
+                variable = low != high
+                if variable and in_variable:
+                    raise GrammarError(f"pattern {pattern!r} nests variable repetitions")
+                nodes.append((body, max(count, 1), in_variable or variable))
+            elif op is sre_parse.BRANCH:
+                if in_variable:
+                    raise GrammarError(f"pattern {pattern!r} repeats an alternation")
+                nodes += [(branch, spelled, in_variable) for branch in argument[1]]
+            elif op is sre_parse.SUBPATTERN:
+                nodes.append((argument[-1], spelled, in_variable))
+            elif op is sre_parse.ATOMIC_GROUP:
+                nodes.append((argument, spelled, in_variable))
+            elif op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
+                nodes.append((argument[1], spelled, in_variable))
 
 
 def _subschemas(schema: Any) -> list[Any]:

@@ -16,7 +16,9 @@ from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import EngineError, GrammarError
 from lmsp_jupyter.engine.guidance import (
     MAX_JSON_DEPTH,
+    MAX_PATTERN_MIN_LENGTH,
     MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_COUNT,
     MAX_SCHEMA_DEPTH,
     SchemaCompiler,
     SchemaMatcher,
@@ -212,6 +214,75 @@ def test_check_schema_limits_the_nesting_of_values_too() -> None:
         value = [value]
     with pytest.raises(GrammarError, match=f"deeper than {MAX_JSON_DEPTH} JSON levels"):
         check_schema({"const": value})
+
+
+#: Counts and patterns whose compilation or validation would take huge memory or time.
+EXPENSIVE: dict[str, tuple[Any, str]] = {
+    "huge_min_length": ({"type": "string", "minLength": 100_000_000}, "minLength is over"),
+    "huge_max_length": ({"type": "string", "maxLength": 1e8}, "maxLength is over"),
+    "huge_min_items": ({"type": "array", "minItems": 100_000_000}, "minItems is over"),
+    "huge_max_properties": ({"type": "object", "maxProperties": 10**9}, "maxProperties is over"),
+    "nested_quantifiers": ({"type": "string", "pattern": "^(a+)+$"}, "nests variable"),
+    "repeated_alternation": ({"type": "string", "pattern": "^(a|aa)*$"}, "repeats an alternation"),
+    "huge_repeat": ({"type": "string", "pattern": "^a{100000000}$"}, "repeats over"),
+    "nested_repeats": ({"type": "string", "pattern": "^(a{1,1000}){1,1000}$"}, "repeats over"),
+    "pattern_property": (
+        {"type": "object", "patternProperties": {"^(a+)+$": {"type": "string"}}},
+        "nests variable",
+    ),
+    "deep_inside": (
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"maxLength": 10**8}}}},
+        "maxLength is over",
+    ),
+    "long_min_length_beside_a_pattern": (
+        {"type": "string", "minLength": MAX_PATTERN_MIN_LENGTH + 1, "pattern": "^a*$"},
+        "minLength beside a pattern",
+    ),
+}
+
+
+@pytest.mark.parametrize(("schema", "words"), EXPENSIVE.values(), ids=EXPENSIVE.keys())
+def test_check_schema_refuses_expensive_counts_and_patterns_at_once(
+    schema: Any, words: str
+) -> None:
+    with pytest.raises(GrammarError, match=re.escape(words)):
+        check_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "maxLength": MAX_SCHEMA_COUNT},
+        {"type": "array", "minItems": 2, "maxItems": MAX_SCHEMA_COUNT},
+        {"type": "string", "minLength": MAX_PATTERN_MIN_LENGTH, "pattern": "^a*$"},
+        {"type": "string", "pattern": "^([A-Z]{3}-){2}[a-z]+$"},  # fixed counts may nest
+        {"type": "string", "pattern": "^(ab)+(c|d)$"},
+        {"properties": {"minLength": {"type": "string"}}},  # a property, not the keyword
+    ],
+)
+def test_check_schema_accepts_counts_and_patterns_within_the_limits(schema: Any) -> None:
+    check_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "minLength": MAX_PATTERN_MIN_LENGTH, "pattern": "^a*$"},
+        {"type": "string", "pattern": f"^a{{{MAX_SCHEMA_COUNT}}}$"},
+        {"type": "string", "minLength": MAX_SCHEMA_COUNT},
+    ],
+)
+def test_schemas_at_the_limits_decode_over_the_real_vocabulary(
+    compiler: SchemaCompiler, schema: Any
+) -> None:
+    matcher = compiler.matcher(schema)
+    logits = np.zeros(compiler.tokenizer.vocab_size, dtype=np.float32)
+    for _ in range(8):  # past the opening quote: where the decoder would give up
+        for token in matcher.forced():
+            matcher.accept(token)
+        masked = logits.copy()
+        matcher.mask_logits(masked)
+        matcher.accept(int(np.argmax(masked)))
 
 
 def test_check_schema_keeps_the_size_limit() -> None:

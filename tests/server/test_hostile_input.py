@@ -175,6 +175,13 @@ PATHOLOGICAL_SCHEMAS = {
     "a backreference": {"type": "string", "pattern": "^(a)\\1$"},
     "a lookahead": {"type": "string", "pattern": "^(?=a)a+$"},
     "a broken pattern": {"type": "string", "pattern": "(("},
+    "a huge minLength": {"type": "string", "minLength": 100_000_000},
+    "a huge maxLength": {"type": "string", "maxLength": 100_000_000},
+    "a huge minItems": {"type": "array", "minItems": 100_000_000},
+    "nested quantifiers": {"type": "string", "pattern": "^(a+)+$"},
+    "a repeated alternation": {"type": "string", "pattern": "^(a|aa)*$"},
+    "a huge repeat count": {"type": "string", "pattern": "^a{100000000}$"},
+    "a long minLength beside a pattern": {"type": "string", "minLength": 4000, "pattern": "^a*$"},
     "not a schema": {"type": "no-such-type"},
 }
 
