@@ -59,6 +59,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
             "service 1 stream / raw: ",
         ],
     ),
+    "load": (
+        "--connections 10 --tokens 2 --tasks 1",
+        ["kind count 2xx 4xx 5xx other ended p50 ms p99 ms max ms"],
+        ["10 connections in ", "p99 first-event latency, ", "server peak RSS: "],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],
