@@ -60,7 +60,10 @@ class Figures:
     """What one run did, for the report."""
 
     kill_points: int = 0
+    #: tasks in the store at the last check, and checks of a task (every task at every restart)
+    tasks: int = 0
     tasks_checked: int = 0
+    #: checks of an event a client had received against its replay
     events_checked: int = 0
     keys_retried: int = 0
     stored_checked: int = 0
@@ -297,6 +300,7 @@ class CrashRun:
             rows = db.execute(
                 "SELECT id, json_extract(metadata, '$.key') FROM tasks ORDER BY created_at"
             ).fetchall()
+        self.figures.tasks = len(rows)
         per_key: dict[str, list[str]] = {}
         for task_id, key in rows:
             per_key.setdefault(key, []).append(task_id)
