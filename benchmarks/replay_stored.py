@@ -18,13 +18,14 @@ from benchmarks.harness import PhaseCost, PhaseMeter, Server, parse_events
 from lmsp_jupyter.client import ServerSentEvent
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.protocol.events import (
-    EVENT_NAMES,
     FINAL_EVENTS,
+    EventData,
     OutputItemAdded,
     OutputItemDone,
     OutputTextDelta,
     ResponseCompleted,
     ResponseCreated,
+    ResponseEvent,
 )
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
@@ -67,21 +68,29 @@ def stored_task_events(response_id: str, message_id: str, total: int) -> list[St
     deltas = [WORDS[index % len(WORDS)] for index in range(total - 4)]
     text = "".join(deltas)
     usage = Usage(input_tokens=12, output_tokens=len(deltas), total_tokens=12 + len(deltas))
-    data = [
-        ResponseCreated(response_id=response_id),
+    response = Response(id=response_id, created_at=0, status="in_progress", model=BUNDLED_MODEL_ID)
+    data: list[EventData] = [
+        ResponseCreated(response_id=response_id, response=response),
         OutputItemAdded(response_id=response_id, output_index=0, item=OutputMessage(id=message_id)),
-        *(OutputTextDelta(response_id=response_id, item_id=message_id, delta=d) for d in deltas),
+        *(
+            OutputTextDelta(
+                response_id=response_id,
+                item_id=message_id,
+                output_index=0,
+                content_index=0,
+                delta=d,
+            )
+            for d in deltas
+        ),
         OutputItemDone(
             response_id=response_id,
             output_index=0,
             item=OutputMessage(id=message_id, content=[OutputText(text=text)]),
         ),
-        ResponseCompleted(response_id=response_id, usage=usage),
+        ResponseCompleted(response_id=response_id, usage=usage, response=response),
     ]
-    return [
-        StoredEvent(number, EVENT_NAMES[type(item)], item.model_dump_json())
-        for number, item in enumerate(data, start=1)
-    ]
+    events = [ResponseEvent(number, item) for number, item in enumerate(data, start=1)]
+    return [StoredEvent(event.id, event.event, event.data_json()) for event in events]
 
 
 def final_state(response_id: str, events: Sequence[StoredEvent], at: int) -> FinalState:

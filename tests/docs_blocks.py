@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 
 def code_blocks(text: str, language: str) -> list[str]:
@@ -14,14 +15,22 @@ def code_blocks(text: str, language: str) -> list[str]:
 
 
 def run_block(
-    language: str, block: str, env: Mapping[str, str], *, timeout: float = 300
+    language: str,
+    block: str,
+    env: Mapping[str, str],
+    *,
+    timeout: float = 300,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a ``bash`` block (``set -e``), a ``python`` block or a ``js`` block (Node, ES module)."""
+    """Run a ``bash`` block (``set -e``), a ``python`` block or a ``js`` block (Node, ES module).
+
+    ``cwd`` is where a ``js`` block's imports are resolved (its ``node_modules``).
+    """
     commands = {
         "bash": ["bash", "-ec", block],
         "python": [sys.executable, "-c", block],
         "js": ["node", "--input-type=module", "-e", block],
     }
     return subprocess.run(
-        commands[language], env=dict(env), capture_output=True, text=True, timeout=timeout
+        commands[language], env=dict(env), capture_output=True, text=True, timeout=timeout, cwd=cwd
     )

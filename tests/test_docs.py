@@ -40,7 +40,7 @@ def test_readme_curl_examples_work_as_written(curl_env: dict[str, str]) -> None:
     answer = json.loads(outputs[1].stdout)
     assert answer["object"] == "response" and answer["status"] == "incomplete"
     streamed = outputs[2].stdout
-    assert streamed.startswith("retry: 2000\n\nid: 1\nevent: response.created\n")
+    assert streamed.startswith("retry: 2000\nid: 1\nevent: response.created\n")
     assert "event: response.incomplete" in streamed or "event: response.completed" in streamed
     task_events = outputs[3].stdout
     assert task_events.count("event: response.created") == 1

@@ -128,7 +128,7 @@ def test_other_tools_notebook_reaches_the_service_with_curl_and_python(
     listing = printed(cell(cells, "!curl -s -H"))
     assert '"object": "list"' in listing and MODEL in listing
     streamed = printed(cell(cells, "!curl -s -N"))
-    assert streamed.startswith("retry: 2000\n\nid: 1\nevent: response.created\n")
+    assert streamed.startswith("retry: 2000\nid: 1\nevent: response.created\n")
     assert result(cell(cells, "import httpx")) == (200, "incomplete")
     events = result(cell(cells, "from lmsp_jupyter.client"))
     assert events[0] == "response.created" and events[-1] in ("response.incomplete",)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import READER_TOKEN, LiveServer
 from tests.docs_blocks import code_blocks, run_block
+from tests.server.test_openai_js import CLIENTS, install_clients
 from tests.test_docs import ROOT
 
 PAGE = (ROOT / "docs" / "other-tools.md").read_text()
@@ -30,8 +31,11 @@ def outputs(live_server: LiveServer) -> dict[str, list[subprocess.CompletedProce
         "JUPYTER_TOKEN": live_server.token,
         "READER_TOKEN": READER_TOKEN,
     }
+    install_clients()  # the js blocks import the OpenAI SDK and the AI SDK from there
     results = {
-        language: [run_block(language, block, env) for block in code_blocks(PAGE, language)]
+        language: [
+            run_block(language, block, env, cwd=CLIENTS) for block in code_blocks(PAGE, language)
+        ]
         for language in ("bash", "python", "js")
     }
     failed = [r.stderr for runs in results.values() for r in runs if r.returncode != 0]
@@ -51,9 +55,9 @@ def test_the_page_has_the_blocks_these_tests_check(
     outputs: dict[str, list[subprocess.CompletedProcess[str]]],
 ) -> None:
     assert {language: len(runs) for language, runs in outputs.items()} == {
-        "bash": 7,
-        "python": 2,
-        "js": 1,
+        "bash": 8,
+        "python": 4,
+        "js": 3,
     }
 
 
@@ -74,6 +78,7 @@ def test_a_reader_token_lists_models_but_may_not_ask(
         "status": 403,
         "code": "insufficient_scope",
         "detail": "this token lacks the scope 'responses:write'",
+        "message": "this token lacks the scope 'responses:write'",
     }
 
 
@@ -100,7 +105,7 @@ def test_curl_stream_is_numbered_events_ending_with_one_final_event(
     outputs: dict[str, list[subprocess.CompletedProcess[str]]],
 ) -> None:
     stream = outputs["bash"][4].stdout
-    assert stream.startswith("retry: 2000\n\nid: 1\nevent: response.created\n")
+    assert stream.startswith("retry: 2000\nid: 1\nevent: response.created\n")
     events = sse_events(stream)
     assert [number for number, _, _ in events] == list(range(1, len(events) + 1))
     assert [name for _, name, _ in events if re.fullmatch(FINAL, name)] == ["response.incomplete"]
@@ -113,7 +118,7 @@ def test_curl_task_events_replay_after_last_event_id(
     printed = outputs["bash"][5].stdout
     task = json.loads(printed[printed.rindex('{"id":"task_') :])
     assert (task["status"], task["result"]["status"]) == ("incomplete", "incomplete")
-    first, replay = printed[: printed.rindex('{"id":"task_')].split("retry: 2000\n\n")[1:]
+    first, replay = printed[: printed.rindex('{"id":"task_')].split("retry: 2000\n")[1:]
     everything = sse_events(first)
     assert [number for number, _, _ in everything] == list(range(1, task["last_event_id"] + 1))
     assert sse_events(replay) == everything[3:]
@@ -148,3 +153,41 @@ def test_node_fetch_example_prints_status_text_and_final_event(
 ) -> None:
     printed = outputs["js"][0].stdout
     assert re.fullmatch(r"200 incomplete\n.+\nresponse\.incomplete\n", printed, re.S)
+
+
+# --- OpenAI's clients (section 11) -------------------------------------------------------------
+
+
+def test_openai_python_example(outputs: dict[str, list[subprocess.CompletedProcess[str]]]) -> None:
+    lines = outputs["python"][2].stdout.splitlines()
+    assert lines[0] == "incomplete True"
+    assert lines[1] != ""  # the streamed text
+    assert lines[2:] == ["Verdict", "length", "queued", "response.incomplete"]
+
+
+def test_openai_js_example(outputs: dict[str, list[subprocess.CompletedProcess[str]]]) -> None:
+    lines = outputs["js"][1].stdout.splitlines()
+    assert lines[0] == "incomplete"
+    assert lines[-1] == "8 tokens"
+
+
+def test_ai_sdk_example(outputs: dict[str, list[subprocess.CompletedProcess[str]]]) -> None:
+    lines = outputs["js"][2].stdout.splitlines()
+    assert lines[0] == "length true"
+    assert lines[-1] == "boolean"
+
+
+def test_langchain_example(outputs: dict[str, list[subprocess.CompletedProcess[str]]]) -> None:
+    lines = outputs["python"][3].stdout.splitlines()
+    assert lines[0] in ("length", "stop")
+    assert lines[-1] == "Verdict"
+
+
+def test_editor_chat_completions_example(
+    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
+) -> None:
+    completion = json.loads(outputs["bash"][7].stdout)
+    assert completion["object"] == "chat.completion"
+    assert completion["choices"][0]["finish_reason"] == "length"
+    assert completion["choices"][0]["message"]["content"] != ""
+    assert completion["usage"]["completion_tokens"] == 8

@@ -71,6 +71,8 @@ class Problem(BaseModel):
     code: ProblemCode
     detail: str | None = None
     param: str | None = None
+    #: The same text as ``detail``, where OpenAI's clients look for it (11.4).
+    message: str | None = None
 
 
 class LmspError(Exception):
@@ -106,5 +108,6 @@ class LmspError(Exception):
             code=self.code,
             detail=self.detail,
             param=self.param,
+            message=self.detail or title,
             **self.extra,
         )

@@ -1,15 +1,16 @@
-"""Server-sent events of a response (LMSP 1.0 sections 6.3 and 6.4)."""
+"""Server-sent events of a response (LMSP 1.0 sections 6.3, 6.4 and 11.4)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
 
 from .errors import Problem
-from .items import OutputItem
-from .responses import IncompleteDetails, ResponseStatus, Usage
+from .items import OutputItem, OutputText, SummaryText
+from .responses import IncompleteDetails, Response, ResponseStatus, Usage
 
 
 class ResponseCreated(BaseModel):
@@ -17,6 +18,15 @@ class ResponseCreated(BaseModel):
 
     response_id: str
     status: Literal["in_progress"] = "in_progress"
+    response: Response
+
+
+class ResponseInProgress(BaseModel):
+    """``response.in_progress``: generation has started (11.4)."""
+
+    response_id: str
+    status: Literal["in_progress"] = "in_progress"
+    response: Response
 
 
 class OutputItemAdded(BaseModel):
@@ -27,12 +37,54 @@ class OutputItemAdded(BaseModel):
     item: OutputItem
 
 
+class ContentPartAdded(BaseModel):
+    """``response.content_part.added``: a message's text part starts (11.4)."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
 class OutputTextDelta(BaseModel):
     """``response.output_text.delta``: text appended to a message item."""
 
     response_id: str
     item_id: str
+    output_index: int
+    content_index: int
     delta: str
+
+
+class OutputTextDone(BaseModel):
+    """``response.output_text.done``: a text part is complete (11.4)."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
+class ContentPartDone(BaseModel):
+    """``response.content_part.done``: a message's text part is complete (11.4)."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class ReasoningSummaryPartAdded(BaseModel):
+    """``response.reasoning_summary_part.added``: a reasoning summary part starts."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
 
 
 class ReasoningSummaryTextDelta(BaseModel):
@@ -40,7 +92,29 @@ class ReasoningSummaryTextDelta(BaseModel):
 
     response_id: str
     item_id: str
+    output_index: int
+    summary_index: int
     delta: str
+
+
+class ReasoningSummaryTextDone(BaseModel):
+    """``response.reasoning_summary_text.done``: a reasoning summary's text is complete."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    summary_index: int
+    text: str
+
+
+class ReasoningSummaryPartDone(BaseModel):
+    """``response.reasoning_summary_part.done``: a reasoning summary part is complete."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
 
 
 class FunctionCallArgumentsDelta(BaseModel):
@@ -48,7 +122,18 @@ class FunctionCallArgumentsDelta(BaseModel):
 
     response_id: str
     item_id: str
+    output_index: int
     delta: str
+
+
+class FunctionCallArgumentsDone(BaseModel):
+    """``response.function_call_arguments.done``: a call's arguments are complete (11.4)."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
 
 
 class OutputItemDone(BaseModel):
@@ -65,6 +150,7 @@ class ResponseCompleted(BaseModel):
     response_id: str
     status: Literal["completed"] = "completed"
     usage: Usage
+    response: Response
 
 
 class ResponseIncomplete(BaseModel):
@@ -74,6 +160,7 @@ class ResponseIncomplete(BaseModel):
     status: Literal["incomplete"] = "incomplete"
     incomplete_details: IncompleteDetails
     usage: Usage
+    response: Response
 
 
 class ResponseFailed(BaseModel):
@@ -82,6 +169,7 @@ class ResponseFailed(BaseModel):
     response_id: str
     status: Literal["failed"] = "failed"
     error: Problem
+    response: Response
 
 
 class ResponseCancelled(BaseModel):
@@ -89,6 +177,7 @@ class ResponseCancelled(BaseModel):
 
     response_id: str
     status: Literal["cancelled"] = "cancelled"
+    response: Response
 
 
 class StreamError(BaseModel):
@@ -99,10 +188,18 @@ class StreamError(BaseModel):
 
 EventData = (
     ResponseCreated
+    | ResponseInProgress
     | OutputItemAdded
+    | ContentPartAdded
     | OutputTextDelta
+    | OutputTextDone
+    | ContentPartDone
+    | ReasoningSummaryPartAdded
     | ReasoningSummaryTextDelta
+    | ReasoningSummaryTextDone
+    | ReasoningSummaryPartDone
     | FunctionCallArgumentsDelta
+    | FunctionCallArgumentsDone
     | OutputItemDone
     | ResponseCompleted
     | ResponseIncomplete
@@ -114,10 +211,18 @@ EventData = (
 #: Event name of each event data type.
 EVENT_NAMES: dict[type[BaseModel], str] = {
     ResponseCreated: "response.created",
+    ResponseInProgress: "response.in_progress",
     OutputItemAdded: "response.output_item.added",
+    ContentPartAdded: "response.content_part.added",
     OutputTextDelta: "response.output_text.delta",
+    OutputTextDone: "response.output_text.done",
+    ContentPartDone: "response.content_part.done",
+    ReasoningSummaryPartAdded: "response.reasoning_summary_part.added",
     ReasoningSummaryTextDelta: "response.reasoning_summary_text.delta",
+    ReasoningSummaryTextDone: "response.reasoning_summary_text.done",
+    ReasoningSummaryPartDone: "response.reasoning_summary_part.done",
     FunctionCallArgumentsDelta: "response.function_call_arguments.delta",
+    FunctionCallArgumentsDone: "response.function_call_arguments.done",
     OutputItemDone: "response.output_item.done",
     ResponseCompleted: "response.completed",
     ResponseIncomplete: "response.incomplete",
@@ -157,9 +262,19 @@ class ResponseEvent:
         """Whether this event ends the stream."""
         return self.event in FINAL_EVENTS
 
+    def data_json(self) -> str:
+        """The event's data as sent and stored: ``type`` and ``sequence_number`` first (11.4)."""
+        return event_data_json(self.id, self.event, self.data.model_dump_json())
+
     def to_sse(self) -> bytes:
         """The event as SSE bytes: ``id``, ``event`` and one line of JSON ``data``."""
-        return sse_frame(self.id, self.event, self.data.model_dump_json())
+        return sse_frame(self.id, self.event, self.data_json())
+
+
+def event_data_json(event_id: int, event: str, fields: str) -> str:
+    """An event's JSON data: ``type`` (its name), ``sequence_number`` (its id), then ``fields``."""
+    head = f'{{"type":{json.dumps(event)},"sequence_number":{event_id}'
+    return head + ("}" if fields == "{}" else "," + fields[1:])
 
 
 def sse_frame(event_id: int | None, event: str, data: str) -> bytes:

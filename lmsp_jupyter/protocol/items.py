@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_TEXT_CHARS = 4 * 1024 * 1024
 MAX_ITEMS = 10_000
@@ -27,6 +27,8 @@ class OutputText(_Strict):
 
     type: Literal["output_text"] = "output_text"
     text: str = Field(max_length=MAX_TEXT_CHARS)
+    #: Always empty here; accepted back as the SDKs send it (11.1, 11.4).
+    annotations: list[Any] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class ReservedPart(BaseModel):
@@ -39,6 +41,9 @@ class ReservedPart(BaseModel):
 
 RESERVED_PART_TYPES = ("input_image", "input_audio", "input_file")
 
+#: An item's state: in ``response.output_item.added`` it is still being written (11.4).
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
 ContentPart = Annotated[InputText | OutputText | ReservedPart, Field(discriminator="type")]
 
 
@@ -48,6 +53,7 @@ class InputMessage(_Strict):
     type: Literal["message"] = "message"
     id: str | None = None
     role: Literal["system", "user", "assistant"]
+    status: ItemStatus | None = None
     content: (
         Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
         | Annotated[list[ContentPart], Field(max_length=MAX_ITEMS)]
@@ -68,14 +74,36 @@ class FunctionCall(_Strict):
     call_id: str = Field(max_length=255)
     name: str = Field(max_length=255)
     arguments: str = Field(max_length=MAX_TEXT_CHARS)
+    status: ItemStatus | None = None
 
 
 class FunctionCallOutput(_Strict):
     """The client's result of running a function tool."""
 
     type: Literal["function_call_output"]
+    id: str | None = None
     call_id: str = Field(max_length=255)
     output: str = Field(max_length=MAX_TEXT_CHARS)
+    status: ItemStatus | None = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts_are_their_text(cls, value: Any) -> Any:
+        # The SDKs may send the output as input_text parts (11.1).
+        if isinstance(value, list) and all(_is_text_part(part) for part in value):
+            return "".join(part["text"] for part in value)
+        return value
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "input_text" and "text" in part
+
+
+class ItemReference(_Strict):
+    """An item of a stored response, named by its id (11.1); the service puts the item here."""
+
+    type: Literal["item_reference"]
+    id: str = Field(min_length=1, max_length=255)
 
 
 class SummaryText(_Strict):
@@ -91,10 +119,12 @@ class Reasoning(_Strict):
     type: Literal["reasoning"] = "reasoning"
     id: str | None = None
     summary: list[SummaryText] = Field(default_factory=list, max_length=MAX_ITEMS)
+    status: ItemStatus | None = None
 
 
 InputItem = Annotated[
-    InputMessage | FunctionCall | FunctionCallOutput | Reasoning, Field(discriminator="type")
+    InputMessage | FunctionCall | FunctionCallOutput | Reasoning | ItemReference,
+    Field(discriminator="type"),
 ]
 
 
@@ -104,19 +134,22 @@ class OutputMessage(_Strict):
     type: Literal["message"] = "message"
     id: str
     role: Literal["assistant"] = "assistant"
+    status: ItemStatus = "completed"
     content: list[OutputText] = Field(default_factory=list)
 
 
 class OutputFunctionCall(FunctionCall):
-    """A function call in a response; it always has an ``id``."""
+    """A function call in a response; it always has an ``id`` and a ``status``."""
 
     id: str
+    status: ItemStatus = "completed"
 
 
 class OutputReasoning(Reasoning):
-    """A reasoning item in a response; it always has an ``id``."""
+    """A reasoning item in a response; it always has an ``id`` and a ``status``."""
 
     id: str
+    status: ItemStatus = "completed"
 
 
 OutputItem = Annotated[
@@ -129,5 +162,5 @@ def as_input_item(item: OutputItem) -> InputItem:
     if isinstance(item, OutputMessage):
         return InputMessage(role="assistant", content=list(item.content))
     if isinstance(item, OutputFunctionCall):
-        return FunctionCall.model_validate(item.model_dump())
-    return Reasoning.model_validate(item.model_dump())
+        return FunctionCall.model_validate(item.model_dump(exclude={"status"}))
+    return Reasoning.model_validate(item.model_dump(exclude={"status"}))

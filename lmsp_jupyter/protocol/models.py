@@ -82,6 +82,7 @@ class Model(BaseModel):
 
     id: str
     object: Literal["model"] = "model"
+    created: int = Field(0, description="Unix time the model file was written (11.4).")
     owned_by: str = "local"
     context_length: int
     capabilities: list[ModelCapability]

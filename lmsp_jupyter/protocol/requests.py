@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import LmspError
-from .items import MAX_ITEMS, InputItem, InputMessage, InputText, ReservedPart
+from .items import MAX_ITEMS, MAX_TEXT_CHARS, InputItem, InputMessage, InputText, ReservedPart
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,6 +46,34 @@ class JsonSchemaFormat(_Strict):
 ResponseFormat = Annotated[TextFormat | JsonSchemaFormat, Field(discriminator="type")]
 
 
+class JsonObjectFormat(_Strict):
+    """Output that is any JSON object (decoder-enforced as the schema ``{"type": "object"}``)."""
+
+    type: Literal["json_object"]
+
+
+class TextJsonSchemaFormat(_Strict):
+    """``text.format`` of a JSON Schema, in OpenAI's flat shape (11.1)."""
+
+    type: Literal["json_schema"]
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+TextFormatParam = Annotated[
+    TextFormat | JsonObjectFormat | TextJsonSchemaFormat, Field(discriminator="type")
+]
+
+
+class TextOptions(_Strict):
+    """``text``: the output format (the same as ``response_format``), and a verbosity hint."""
+
+    format: TextFormatParam | None = None
+    verbosity: Literal["low", "medium", "high"] | None = Field(None, description="Ignored.")
+
+
 class FunctionTool(_Strict):
     """A function the client can run for the model (LMSP 1.0 section 6.5)."""
 
@@ -53,6 +81,7 @@ class FunctionTool(_Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = Field(None, description="Accepted; calls are always decoder-enforced.")
 
 
 class NamedToolChoice(_Strict):
@@ -62,7 +91,25 @@ class NamedToolChoice(_Strict):
     name: str
 
 
-ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+class AllowedTool(_Strict):
+    """A function that ``allowed_tools`` lets the model call."""
+
+    type: Literal["function"]
+    name: str
+
+
+class AllowedToolsChoice(_Strict):
+    """Only these tools, called as ``mode`` says (11.1)."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[AllowedTool] = Field(min_length=1, max_length=128)
+
+
+ToolChoice = (
+    Literal["auto", "none", "required"]
+    | Annotated[NamedToolChoice | AllowedToolsChoice, Field(discriminator="type")]
+)
 
 #: Up to 16 string pairs kept with a response or task (LMSP 1.0 sections 7 and 11.1).
 Metadata = Annotated[
@@ -99,6 +146,20 @@ class ResponseRequest(_Strict):
     previous_response_id: str | None = Field(default=None, max_length=255)
     metadata: Metadata | None = None
     extensions: dict[str, Any] | None = None
+    # OpenAI's Responses fields (11.1), mapped onto the ones above.
+    instructions: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    text: TextOptions | None = None
+    parallel_tool_calls: bool | None = None
+    background: bool = False
+    # Accepted and ignored (11.1).
+    user: str | None = Field(default=None, max_length=512)
+    safety_identifier: str | None = Field(default=None, max_length=512)
+    prompt_cache_key: str | None = Field(default=None, max_length=512)
+    service_tier: str | None = Field(default=None, max_length=64)
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = Field(default=None, max_length=64)
+    stream_options: dict[str, Any] | None = None
+    truncation: Literal["disabled"] | None = None
 
     @field_validator("input", mode="before")
     @classmethod
@@ -120,6 +181,20 @@ class ResponseRequest(_Strict):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+def openai_input_item(item: Any) -> Any:
+    """An input item as OpenAI's clients send it, as LMSP reads it (11.1).
+
+    A message may come without ``type``, and with the role ``developer`` (a system message).
+    """
+    if not isinstance(item, dict) or "role" not in item:
+        return item
+    if "type" not in item:
+        item = {"type": "message", **item}
+    if item.get("type") == "message" and item["role"] == "developer":
+        item = {**item, "role": "system"}
+    return item
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
@@ -222,7 +297,11 @@ def validate_request(model: type[M], data: dict[str, Any]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         # Of a union's alternatives, the deepest failure is the one that names the real mistake.
-        error = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
+        # Of equally deep ones, a tagged union's missing tag beats a literal's mismatch.
+        error = max(
+            exc.errors(include_url=False),
+            key=lambda e: (len(e["loc"]), e["type"].startswith("union_tag")),
+        )
         param = _param_path(data, error["loc"], error["type"])
         raise LmspError(
             "invalid_request", f"{param or 'body'}: {error['msg']}", param=param
@@ -231,6 +310,8 @@ def validate_request(model: type[M], data: dict[str, Any]) -> M:
 
 def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
     """Validate a response request and refuse the content types LMSP 1.0 reserves."""
+    if isinstance(data.get("input"), list):
+        data = {**data, "input": [openai_input_item(item) for item in data["input"]]}
     request = validate_request(ResponseRequest, data)
     for index, item in enumerate(request.input):
         if isinstance(item, InputMessage) and not isinstance(item.content, str):
@@ -241,20 +322,60 @@ def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
                         f"content type {part.type!r} is reserved and not supported in LMSP 1.0",
                         param=f"input[{index}].content[{part_index}].type",
                     )
+    names = {tool.name for tool in request.tools or []}
     choice = request.tool_choice
     if choice == "required" and not request.tools:
         raise LmspError(
             "invalid_request", 'tool_choice "required" needs at least one tool', param="tool_choice"
         )
-    if isinstance(choice, NamedToolChoice) and choice.name not in {
-        tool.name for tool in request.tools or []
-    }:
+    if isinstance(choice, NamedToolChoice) and choice.name not in names:
         raise LmspError(
             "invalid_request",
             f"tool_choice names {choice.name!r}, which is not in tools",
             param="tool_choice.name",
         )
-    return request
+    if isinstance(choice, AllowedToolsChoice):
+        for index, allowed in enumerate(choice.tools):
+            if allowed.name not in names:
+                raise LmspError(
+                    "invalid_request",
+                    f"tool_choice allows {allowed.name!r}, which is not in tools",
+                    param=f"tool_choice.tools[{index}].name",
+                )
+    return _one_output_format(request)
+
+
+def _one_output_format(request: ResponseRequest) -> ResponseRequest:
+    """``text.format`` becomes ``response_format``; both given and different → 400 (11.1)."""
+    given = request.text.format if request.text is not None else None
+    if given is None:
+        return request
+    response_format = as_response_format(given)
+    if request.response_format is not None and request.response_format != response_format:
+        raise LmspError(
+            "invalid_request",
+            "text.format and response_format ask for different output formats",
+            param="text.format",
+        )
+    return request.model_copy(update={"response_format": response_format})
+
+
+def as_response_format(
+    given: TextFormat | JsonObjectFormat | TextJsonSchemaFormat,
+) -> TextFormat | JsonSchemaFormat:
+    """An OpenAI output format as the ``response_format`` that does it."""
+    if isinstance(given, TextFormat):
+        return given
+    if isinstance(given, JsonObjectFormat):
+        spec = JsonSchemaSpec(name="json_object", schema_={"type": "object"})
+    else:
+        spec = JsonSchemaSpec(
+            name=given.name,
+            description=given.description,
+            schema_=given.schema_,
+            strict=given.strict if given.strict is not None else True,
+        )
+    return JsonSchemaFormat(type="json_schema", json_schema=spec)
 
 
 def _param_path(data: Any, loc: tuple[int | str, ...], kind: str) -> str:

@@ -22,6 +22,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .. import __version__
 from ..protocol import events
+from ..protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
@@ -44,6 +45,9 @@ _VERBS = ("get", "head", "post", "put", "patch", "delete")
 _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (ResponseRequest, "validation"),
     (TaskRequest, "validation"),
+    (ChatCompletionRequest, "validation"),
+    (ChatCompletion, "serialization"),
+    (ChatCompletionChunk, "serialization"),
     (ServiceDocument, "serialization"),
     (ModelList, "validation"),
     (Model, "validation"),
@@ -78,6 +82,15 @@ def _schemas() -> dict[str, Any]:
         "title": "Input",
         "description": "Input items, or a string meaning one user message.",
     }
+    # Every event's data also carries its name and its id (11.4).
+    for model, name in events.EVENT_NAMES.items():
+        event = schemas[model.__name__]
+        event["properties"] = {
+            "type": {"const": name, "description": "The event's name."},
+            "sequence_number": {"type": "integer", "minimum": 1, "description": "Its id."},
+            **event["properties"],
+        }
+        event["required"] = ["type", "sequence_number", *event.get("required", [])]
     request["extensions"]["anyOf"][0]["propertyNames"] = {"pattern": _EXTENSION_KEY}
     request["extensions"]["description"] = "Private extensions under reverse-DNS or x- names."
     # The task's request is a response request (6.1); its ``stream`` is ignored.
@@ -143,6 +156,20 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "Replay events after this sequence number; default 0 (all of them).",
         "schema": {"type": "integer", "minimum": 0},
     },
+    "stream": {
+        "name": "stream",
+        "in": "query",
+        "required": False,
+        "description": "`true`: the background response's events as server-sent events.",
+        "schema": {"type": "string", "enum": ["true", "false"], "default": "false"},
+    },
+    "starting_after": {
+        "name": "starting_after",
+        "in": "query",
+        "required": False,
+        "description": "With `stream=true`: the events after this sequence number.",
+        "schema": {"type": "integer", "minimum": 0},
+    },
     "limit": {
         "name": "limit",
         "in": "query",
@@ -172,7 +199,7 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
 
 _PATH_PARAMETERS: dict[str, str] = {
     "model_id": "A model ID, percent-encoded (it may contain `:` and `/`).",
-    "response_id": "The ID of a response stored with `store: true`.",
+    "response_id": "The ID of a response stored with `store: true`, or of a background one.",
     "task_id": "A task ID.",
 }
 
@@ -285,7 +312,9 @@ _SSE_DESCRIPTION = (
     "response), an `event` name and one line of JSON `data` (its schema: `contentSchema` of "
     "the event's alternative); exactly one final event (`response.completed`, "
     "`response.incomplete`, `response.failed`, `response.cancelled` or `error`) ends the "
-    "stream. While idle the stream sends `: keep-alive` comments."
+    "stream. Every event's data also carries `type` (its name) and `sequence_number` (its id). "
+    "The first event's frame also carries `retry`; no frame goes without data. While idle the "
+    "stream sends `: keep-alive` comment lines."
 )
 
 
@@ -373,9 +402,60 @@ _OPERATIONS: dict[tuple[str, str], _Operation] = {
     ),
     ("get", "/responses/{response_id}"): _Operation(
         "getResponse",
-        "A stored response",
-        {"200": _json(_ref("Response"), "The stored response.")},
+        "A stored response, or a background one as it stands (or its events)",
+        {
+            "200": {
+                "description": "The response; with `stream=true` the background response's "
+                "events after `starting_after`. " + _SSE_DESCRIPTION,
+                "headers": _header_refs("Cache-Control"),
+                "content": {
+                    "application/json": {"schema": _ref("Response")},
+                    "text/event-stream": _SSE,
+                },
+            }
+        },
+        errors=(404, 410),
+        parameters=("stream", "starting_after"),
+        tags=("responses",),
+    ),
+    ("post", "/responses/{response_id}/cancel"): _Operation(
+        "cancelResponse",
+        "Cancel a background response (a final one is returned unchanged)",
+        {"200": _json(_ref("Response"), "The response as it stands.")},
         errors=(404,),
+        tags=("responses",),
+    ),
+    ("post", "/chat/completions"): _Operation(
+        "createChatCompletion",
+        "OpenAI's Chat Completions on the same service",
+        {
+            "200": {
+                "description": "With `stream: false` a `chat.completion`; with `stream: true` "
+                "server-sent events of `data` alone: `chat.completion.chunk` objects (the last, "
+                "with `stream_options.include_usage`, has no choices and the usage), or "
+                '`{"error": <problem>}`, then `data: [DONE]`.',
+                "headers": _header_refs("Idempotent-Replayed", "Cache-Control"),
+                "content": {
+                    "application/json": {"schema": _ref("ChatCompletion")},
+                    "text/event-stream": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["data"],
+                            "properties": {
+                                "data": {
+                                    "type": "string",
+                                    "description": "A `ChatCompletionChunk` as JSON, "
+                                    '`{"error": <problem>}` or `[DONE]`.',
+                                }
+                            },
+                        }
+                    },
+                },
+            }
+        },
+        errors=_CREATE_ERRORS,
+        parameters=("Idempotency-Key",),
+        body="ChatCompletionRequest",
         tags=("responses",),
     ),
     ("post", "/tasks"): _Operation(

@@ -11,7 +11,8 @@ from typing import Protocol
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
-KEEPALIVE = b": keep-alive\n\n"
+#: A comment line alone: a blank line after it would make some clients see an empty event.
+KEEPALIVE = b": keep-alive\n"
 #: How long a browser's EventSource waits before reconnecting after a drop.
 RETRY_MILLISECONDS = 2000
 #: How long a client may take nothing before it is dropped (``LmspApp.slow_client_seconds``).
@@ -66,9 +67,11 @@ class EventStream:
         self._task = asyncio.current_task()
         self._arm()
         try:
-            await self._write(f"retry: {RETRY_MILLISECONDS}\n\n".encode())
+            # No frame without data (11.4): ``retry`` travels in the first event's frame.
+            head = f"retry: {RETRY_MILLISECONDS}\n".encode()
             async for event in events:
-                await self._write(event.to_sse())
+                await self._write(head + event.to_sse())
+                head = b""
         except StreamClosedError:
             pass
         except asyncio.CancelledError:

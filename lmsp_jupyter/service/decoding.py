@@ -8,7 +8,13 @@ from typing import Any
 from ..engine.generation import GrammarError, ToolSpec
 from ..engine.guidance import check_schema
 from ..protocol.errors import LmspError
-from ..protocol.requests import FunctionTool, JsonSchemaFormat, NamedToolChoice, ResponseRequest
+from ..protocol.requests import (
+    AllowedToolsChoice,
+    FunctionTool,
+    JsonSchemaFormat,
+    NamedToolChoice,
+    ResponseRequest,
+)
 from .output import ContentMode
 
 
@@ -34,6 +40,9 @@ def plan(request: ResponseRequest) -> DecodingPlan:
     """The decoding of ``request``; a schema the decoder cannot enforce is a 400."""
     tools = tuple(request.tools or ())
     choice = request.tool_choice or "auto"
+    if isinstance(choice, AllowedToolsChoice):  # the listed tools, offered as ``mode`` says
+        allowed = {tool.name for tool in choice.tools}
+        tools, choice = tuple(t for t in tools if t.name in allowed), choice.mode
     for index, tool in enumerate(tools):
         _enforceable(tool.parameters, f"tools[{index}].parameters")
     specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools)

@@ -187,7 +187,7 @@ def _replay(status: int, body: str) -> Outcome:
         extra = {
             k: v
             for k, v in problem.model_dump().items()
-            if k not in {"type", "title", "status", "code", "detail", "param"}
+            if k not in {"type", "title", "status", "code", "detail", "message", "param"}
         }
         raise LmspError(
             problem.code,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..engine.backend import GenerationBackend, ModelIndex
 from ..engine.catalog import ModelEntry, bundled_progress
 from ..engine.generation import EngineError
@@ -79,6 +81,7 @@ class ModelDirectory:
             extensions = {EXTENSION_KEY: ModelExtension(loading=progress)}
         return Model(
             id=entry.id,
+            created=_created(entry),
             owned_by=entry.owned_by,
             context_length=self.engine.context_length(entry),
             capabilities=self.capabilities(entry),
@@ -116,3 +119,10 @@ class ModelDirectory:
         entry = self.entry(model_id)
         await self.manager.unload(entry.id)
         return self.describe(entry)
+
+
+def _created(entry: ModelEntry) -> int:
+    """When the model's file was written; 0 while it has none yet (the bundled model)."""
+    if isinstance(entry.location, Path) and entry.location.exists():
+        return int(entry.location.stat().st_mtime)
+    return 0

@@ -6,18 +6,27 @@ import json
 import re
 from collections.abc import Sequence
 from enum import Enum
+from typing import Any
 
 from ..engine.templates import THINK_CLOSE, THINK_OPEN
 from ..protocol.events import (
+    ContentPartAdded,
+    ContentPartDone,
     EventData,
     FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
     OutputItemAdded,
     OutputItemDone,
     OutputTextDelta,
+    OutputTextDone,
+    ReasoningSummaryPartAdded,
+    ReasoningSummaryPartDone,
     ReasoningSummaryTextDelta,
+    ReasoningSummaryTextDone,
 )
 from ..protocol.ids import new_id
 from ..protocol.items import (
+    ItemStatus,
     OutputFunctionCall,
     OutputItem,
     OutputMessage,
@@ -51,26 +60,39 @@ class OutputBuilder:
         tools: Sequence[FunctionTool] = (),
         reasoning: bool = False,
         thinking_open: bool = False,
+        max_calls: int | None = None,
     ) -> None:
         self.response_id = response_id
         self.mode = mode
         self.tools = tools
+        #: At most this many native calls become items (``parallel_tool_calls: false`` → 1).
+        self.max_calls = max_calls
         self.items: list[OutputItem] = []
+        #: Tokens fed (one ``feed`` each) that went to reasoning, its tags included.
+        self.reasoning_tokens = 0
         self._think = _ThinkSplitter(enabled=reasoning, open_at_start=thinking_open)
         self._reasoning: list[str] | None = None
         self._text: list[str] | None = None
         self._raw = ""
         self._call: OutputFunctionCall | None = None
+        self._reasoning_index = self._text_index = self._call_index = 0
+        self._final_status: ItemStatus = "completed"
         self._sent_arguments = 0
         self._auto_decided = mode is not ContentMode.AUTO
-        self._native: dict[int, tuple[OutputFunctionCall, list[str]]] = {}
+        self._native: dict[int, tuple[int, OutputFunctionCall, list[str]]] = {}
         self._events: list[EventData] = []
 
     # --- feeding ------------------------------------------------------------------------
 
     def feed(self, text: str) -> list[EventData]:
-        """The events of ``text``, generated after everything fed before."""
-        for is_reasoning, piece in self._think.feed(text):
+        """The events of ``text`` (one token's text), generated after everything fed before."""
+        was_inside = self._think.inside
+        pieces = self._think.feed(text)
+        if all(is_reasoning for is_reasoning, _ in pieces) and (
+            pieces or was_inside or self._think.inside
+        ):
+            self.reasoning_tokens += 1  # the think tags count as reasoning too
+        for is_reasoning, piece in pieces:
             self._piece(is_reasoning, piece)
         return self._take()
 
@@ -88,34 +110,31 @@ class OutputBuilder:
         text (a remote server's ``tool_calls``): the call's item opens with its name."""
         self._close_reasoning()
         if index not in self._native:
+            if self.max_calls is not None and len(self._native) >= self.max_calls:
+                return self._take()
             if self._text is not None:
                 self._close_text()
             self._auto_decided = True
             item = OutputFunctionCall(
                 id=new_id("fc"), call_id=new_id("call"), name=name or "", arguments=""
             )
-            self._native[index] = (item, [])
-            self._add(item)
-        item, sent = self._native[index]
+            self._native[index] = (self._add(item), item, [])
+        output_index, _, sent = self._native[index]
         if arguments:
             sent.append(arguments)
-            self._events.append(
-                FunctionCallArgumentsDelta(
-                    response_id=self.response_id, item_id=item.id or "", delta=arguments
-                )
-            )
+            self._arguments_delta(output_index, arguments)
         return self._take()
 
-    def finish(self) -> list[EventData]:
-        """Close every open item (generation ended)."""
+    def finish(self, *, incomplete: bool = False) -> list[EventData]:
+        """Close every open item (generation ended; ``incomplete``: it was cut short)."""
+        self._final_status = "incomplete" if incomplete else "completed"
         for is_reasoning, piece in self._think.flush():
             self._piece(is_reasoning, piece)
         self._close_reasoning()
         if self._native:
             if self._text is not None:
                 self._close_text()
-            for item, sent in self._native.values():
-                self._done(item.model_copy(update={"arguments": "".join(sent)}))
+            self._close_native()
             return self._take()
         if self.mode is ContentMode.FORCED_CALL:
             self._finish_call()
@@ -127,13 +146,24 @@ class OutputBuilder:
 
     def abort(self) -> list[EventData]:
         """Close the items already open, as they stand, and start none (generation failed)."""
+        self._final_status = "incomplete"
         self._close_reasoning()
         if self._text is not None:
             self._close_text()
-        if self._call is not None and self._call in self.items:  # still as it was added
+        if self._call is not None and self.items[self._call_index].status == "in_progress":
             arguments = self._raw[: self._sent_arguments]
-            self._done(self._call.model_copy(update={"arguments": arguments}))
+            self._close_call(
+                self._call_index, self._call.model_copy(update={"arguments": arguments})
+            )
+        self._close_native()
         return self._take()
+
+    def _close_native(self) -> None:
+        """Close the calls the engine reported apart from the text that are still open."""
+        for output_index, item, sent in self._native.values():
+            if self.items[output_index].status == "in_progress":
+                arguments = "".join(sent)
+                self._close_call(output_index, item.model_copy(update={"arguments": arguments}))
 
     def _take(self) -> list[EventData]:
         events, self._events = self._events, []
@@ -153,15 +183,18 @@ class OutputBuilder:
 
     # --- items ----------------------------------------------------------------------------
 
-    def _add(self, item: OutputItem) -> None:
+    def _add(self, item: OutputItem) -> int:
+        """Open ``item`` (status ``in_progress``); its output index."""
+        item = item.model_copy(update={"status": "in_progress"})
         self.items.append(item)
         index = len(self.items) - 1
         self._events.append(
             OutputItemAdded(response_id=self.response_id, output_index=index, item=item)
         )
+        return index
 
-    def _done(self, item: OutputItem) -> None:
-        index = next(i for i, known in enumerate(self.items) if known.id == item.id)
+    def _done(self, index: int, item: OutputItem) -> None:
+        item = item.model_copy(update={"status": self._final_status})
         self.items[index] = item
         self._events.append(
             OutputItemDone(response_id=self.response_id, output_index=index, item=item)
@@ -170,41 +203,65 @@ class OutputBuilder:
     def _reason(self, piece: str) -> None:
         if self._reasoning is None:
             self._reasoning = []
-            self._add(OutputReasoning(id=new_id("rs")))
+            self._reasoning_index = self._add(OutputReasoning(id=new_id("rs")))
+            self._events.append(
+                ReasoningSummaryPartAdded(
+                    **self._at(self._reasoning_index), summary_index=0, part=SummaryText(text="")
+                )
+            )
         self._reasoning.append(piece)
         self._events.append(
             ReasoningSummaryTextDelta(
-                response_id=self.response_id, item_id=self.items[-1].id or "", delta=piece
+                **self._at(self._reasoning_index), summary_index=0, delta=piece
             )
         )
 
     def _close_reasoning(self) -> None:
         if self._reasoning is None:
             return
-        item = next(i for i in reversed(self.items) if isinstance(i, OutputReasoning))
-        self._done(
-            OutputReasoning(id=item.id, summary=[SummaryText(text="".join(self._reasoning))])
-        )
+        index, text = self._reasoning_index, "".join(self._reasoning)
+        where = self._at(index)
+        self._events.append(ReasoningSummaryTextDone(**where, summary_index=0, text=text))
+        part = SummaryText(text=text)
+        self._events.append(ReasoningSummaryPartDone(**where, summary_index=0, part=part))
+        self._done(index, OutputReasoning(id=where["item_id"], summary=[part]))
         self._reasoning = None
+
+    def _at(self, index: int) -> dict[str, Any]:
+        """Where an event of the item at ``index`` belongs."""
+        return {
+            "response_id": self.response_id,
+            "item_id": self.items[index].id or "",
+            "output_index": index,
+        }
+
+    def _open_text(self) -> None:
+        self._text = []
+        self._text_index = self._add(OutputMessage(id=new_id("msg")))
+        part = OutputText(text="")
+        self._events.append(
+            ContentPartAdded(**self._at(self._text_index), content_index=0, part=part)
+        )
 
     def _message_text(self, piece: str) -> None:
         if self._text is None:
-            self._text = []
-            self._add(OutputMessage(id=new_id("msg")))
+            self._open_text()
+        assert self._text is not None
         self._text.append(piece)
         self._events.append(
-            OutputTextDelta(response_id=self.response_id, item_id=self._message_id(), delta=piece)
+            OutputTextDelta(**self._at(self._text_index), content_index=0, delta=piece)
         )
-
-    def _message_id(self) -> str:
-        return next(i.id for i in reversed(self.items) if isinstance(i, OutputMessage))
 
     def _close_text(self) -> None:
         if self._text is None:
-            self._text = []
-            self._add(OutputMessage(id=new_id("msg")))
-        text = "".join(self._text)
-        self._done(OutputMessage(id=self._message_id(), content=[OutputText(text=text)]))
+            self._open_text()
+        assert self._text is not None
+        index, text = self._text_index, "".join(self._text)
+        where = self._at(index)
+        part = OutputText(text=text)
+        self._events.append(OutputTextDone(**where, content_index=0, text=text))
+        self._events.append(ContentPartDone(**where, content_index=0, part=part))
+        self._done(index, OutputMessage(id=where["item_id"], content=[part]))
         self._text = None
 
     @property
@@ -214,6 +271,15 @@ class OutputBuilder:
             if isinstance(item, OutputMessage) and item.content:
                 return item.content[0].text
         return None
+
+    def _arguments_delta(self, index: int, delta: str) -> None:
+        self._events.append(FunctionCallArgumentsDelta(**self._at(index), delta=delta))
+
+    def _close_call(self, index: int, call: OutputFunctionCall) -> None:
+        self._events.append(
+            FunctionCallArgumentsDone(**self._at(index), name=call.name, arguments=call.arguments)
+        )
+        self._done(index, call)
 
     # --- a forced call: {"name": ..., "arguments": ...} streamed as argument deltas --------
 
@@ -227,7 +293,7 @@ class OutputBuilder:
             self._call = OutputFunctionCall(
                 id=new_id("fc"), call_id=new_id("call"), name=name, arguments=""
             )
-            self._add(self._call)
+            self._call_index = self._add(self._call)
             self._raw = self._raw[head.end() :]
         if not self._sent_arguments:  # the space after "arguments": may come in a later piece
             self._raw = self._raw.lstrip()
@@ -239,18 +305,14 @@ class OutputBuilder:
         if self._call is not None and len(arguments) > self._sent_arguments:
             delta = arguments[self._sent_arguments :]
             self._sent_arguments = len(arguments)
-            self._events.append(
-                FunctionCallArgumentsDelta(
-                    response_id=self.response_id, item_id=self._call.id or "", delta=delta
-                )
-            )
+            self._arguments_delta(self._call_index, delta)
 
     def _finish_call(self) -> None:
         if self._call is None:
             return
         arguments = _CALL_TAIL.sub("", self._raw, count=1).rstrip()
         self._send_arguments(arguments)
-        self._done(self._call.model_copy(update={"arguments": arguments}))
+        self._close_call(self._call_index, self._call.model_copy(update={"arguments": arguments}))
 
     # --- auto: text, unless the answer starts like a native call ---------------------------
 
@@ -274,17 +336,13 @@ class OutputBuilder:
                 self._message_text(self._raw)
             self._close_text()
             return
-        for call in calls:
+        for call in calls[: self.max_calls]:
             item = OutputFunctionCall(
                 id=new_id("fc"), call_id=new_id("call"), name=call.name, arguments=""
             )
-            self._add(item)
-            self._events.append(
-                FunctionCallArgumentsDelta(
-                    response_id=self.response_id, item_id=item.id, delta=call.arguments
-                )
-            )
-            self._done(item.model_copy(update={"arguments": call.arguments}))
+            index = self._add(item)
+            self._arguments_delta(index, call.arguments)
+            self._close_call(index, item.model_copy(update={"arguments": call.arguments}))
 
 
 class _ThinkSplitter:

@@ -14,12 +14,13 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from ..engine.backend import GenerationBackend
 from ..engine.catalog import ModelEntry
 from ..engine.generation import (
     CancelToken,
+    ChatMessage,
     EngineError,
     EngineUnavailable,
     GenerationDone,
@@ -40,12 +41,26 @@ from ..protocol.events import (
     ResponseEvent,
     ResponseFailed,
     ResponseIncomplete,
+    ResponseInProgress,
 )
 from ..protocol.ids import new_id
-from ..protocol.items import InputItem, OutputFunctionCall, OutputItem, as_input_item
+from ..protocol.items import (
+    InputItem,
+    ItemReference,
+    OutputFunctionCall,
+    OutputItem,
+    as_input_item,
+)
 from ..protocol.models import EXTENSION_KEY, ModelCapability
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
-from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
+from ..protocol.responses import (
+    IncompleteDetails,
+    InputTokensDetails,
+    OutputTokensDetails,
+    Response,
+    ResponseStatus,
+    Usage,
+)
 from .conversation import chat_messages
 from .decoding import DecodingPlan, plan
 from .models import ModelDirectory
@@ -86,16 +101,29 @@ class ResponseRun:
     error: LmspError | None = None
 
     def response(self) -> Response:
-        """The response object as it stands."""
+        """The response object as it stands, with the settings of its request (11.4)."""
+        request = self.request
         return Response(
             id=self.id,
             created_at=self.created_at,
             status=self.status,
-            model=self.request.model,
+            model=request.model,
             output=list(self.output),
             usage=self.usage,
             error=self.error.to_problem() if self.error else None,
             incomplete_details=self.incomplete_details,
+            instructions=request.instructions,
+            metadata=request.metadata or {},
+            tools=[tool.model_dump(exclude_none=True) for tool in request.tools or []],
+            tool_choice=_dump(request.tool_choice or "auto"),
+            temperature=request.temperature,
+            top_p=request.top_p,
+            max_output_tokens=request.max_output_tokens,
+            previous_response_id=request.previous_response_id,
+            store=request.store,
+            background=request.background,
+            parallel_tool_calls=request.parallel_tool_calls is not False,
+            text={"format": _text_format(request)},
         )
 
 
@@ -116,12 +144,11 @@ class ResponseService:
         """Check the request against its model and render its prompt, before any generation."""
         entry = self.models.entry(request.model)
         self._check_capabilities(request, entry)
-        context = [*self._previous(request, owner), *request.input]
+        context = [*self._previous(request, owner), *self._resolved(request.input, owner)]
         decoding = plan(request)
+        messages = with_instructions(chat_messages(context), request.instructions)
         try:
-            prompt = await self.engine.render(
-                entry, chat_messages(context), decoding.tools, decoding.constraint
-            )
+            prompt = await self.engine.render(entry, messages, decoding.tools, decoding.constraint)
         except ChatTemplateError as exc:
             raise LmspError("invalid_request", str(exc), param="input") from None
         except GrammarError as exc:
@@ -179,6 +206,36 @@ class ResponseService:
             )
         response = Response.model_validate_json(row["response"])
         return [*_CONTEXT.validate_json(row["context"]), *map(as_input_item, response.output)]
+
+    def _resolved(self, items: list[InputItem], owner: str) -> list[InputItem]:
+        """``items`` with each ``item_reference`` replaced by the stored item it names."""
+        resolved: list[InputItem] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, ItemReference):
+                resolved.append(item)
+                continue
+            found = self._stored_item(item.id, owner)
+            if found is None:
+                raise LmspError(
+                    "response_not_found",
+                    f"no stored response has an item {item.id!r}",
+                    param=f"input[{index}].id",
+                )
+            resolved.append(found)
+        return resolved
+
+    def _stored_item(self, item_id: str, owner: str) -> InputItem | None:
+        if self.records is None:
+            return None
+        for row in self.records.with_item(item_id, owner):
+            response = Response.model_validate_json(row["response"])
+            for output in response.output:
+                if output.id == item_id:
+                    return as_input_item(output)
+            for known in _CONTEXT.validate_json(row["context"]):
+                if getattr(known, "id", None) == item_id:
+                    return known
+        return None
 
     def stored(self, response_id: str, owner: str) -> Response:
         """A response kept with ``store: true``; unknown or another owner's → 404."""
@@ -238,8 +295,11 @@ class ResponseService:
             run.error = (
                 exc if isinstance(exc, LmspError) else LmspError("generation_failed", str(exc))
             )
-            yield ResponseEvent(id=1, data=ResponseCreated(response_id=run.id))
-            failed = ResponseFailed(response_id=run.id, error=run.error.to_problem())
+            created = ResponseCreated(response_id=run.id, response=run.response())
+            yield ResponseEvent(id=1, data=created)
+            failed = ResponseFailed(
+                response_id=run.id, error=run.error.to_problem(), response=run.response()
+            )
             yield self._kept(run, ResponseEvent(id=2, data=failed))
 
     def _kept(self, run: ResponseRun, final: ResponseEvent) -> ResponseEvent:
@@ -252,8 +312,9 @@ class ResponseService:
         except Exception:
             log.exception("response %s could not be stored", run.id)
             run.status, run.error = "failed", _internal("could not be stored")
+            problem = run.error.to_problem()
             return ResponseEvent(
-                final.id, ResponseFailed(response_id=run.id, error=run.error.to_problem())
+                final.id, ResponseFailed(response_id=run.id, error=problem, response=run.response())
             )
         return final
 
@@ -265,14 +326,17 @@ class ResponseService:
         def event(data: EventData) -> ResponseEvent:
             return ResponseEvent(id=next(sequence), data=data)
 
-        yield event(ResponseCreated(response_id=run.id))
+        yield event(ResponseCreated(response_id=run.id, response=run.response()))
+        yield event(ResponseInProgress(response_id=run.id, response=run.response()))
         output = OutputBuilder(
             run.id,
             run.plan.mode,
             tools=run.plan.callable_tools,
             reasoning=self.engine.thinks(run.entry),
             thinking_open=run.prompt.text.rstrip().endswith(THINK_OPEN),
+            max_calls=1 if run.request.parallel_tool_calls is False else None,
         )
+        run.output = output.items  # the response as it stands shows the items so far
         params = SamplingParams(
             max_tokens=run.request.max_output_tokens or self.engine.context_length(run.entry),
             temperature=run.request.temperature,
@@ -304,7 +368,7 @@ class ResponseService:
                         yield event(data)
                 else:
                     done = generated
-            pending = output.finish() if done is not None else []
+            pending = output.finish(incomplete=done.reason != "stop") if done is not None else []
         except EngineError as exc:
             run.error, done = _engine_problem(exc), None
         except Exception:  # a bug must not leave the stream without its final event
@@ -326,12 +390,15 @@ class ResponseService:
                 input_tokens=done.prompt_tokens,
                 output_tokens=done.output_tokens,
                 total_tokens=done.prompt_tokens + done.output_tokens,
+                input_tokens_details=InputTokensDetails(cached_tokens=done.cached_tokens),
+                output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens),
             )
             if done.reason == "stop":
                 run.error = _breach(run.plan, output)
         if run.error is not None:
             run.status = "failed"
-            yield event(ResponseFailed(response_id=run.id, error=run.error.to_problem()))
+            problem = run.error.to_problem()
+            yield event(ResponseFailed(response_id=run.id, error=problem, response=run.response()))
             return
         assert done is not None
         yield event(self._final(run, done))
@@ -341,14 +408,17 @@ class ResponseService:
         assert run.usage is not None
         if done.reason == "cancelled":
             run.status = "cancelled"
-            return ResponseCancelled(response_id=run.id)
+            return ResponseCancelled(response_id=run.id, response=run.response())
         if done.reason == "stop":
             run.status = "completed"
-            return ResponseCompleted(response_id=run.id, usage=run.usage)
+            return ResponseCompleted(response_id=run.id, usage=run.usage, response=run.response())
         run.status = "incomplete"
         run.incomplete_details = IncompleteDetails(reason=_INCOMPLETE_REASONS[done.reason])
         return ResponseIncomplete(
-            response_id=run.id, incomplete_details=run.incomplete_details, usage=run.usage
+            response_id=run.id,
+            incomplete_details=run.incomplete_details,
+            usage=run.usage,
+            response=run.response(),
         )
 
     async def complete(self, run: ResponseRun) -> Response:
@@ -394,6 +464,34 @@ def _valid_json(text: str | None, schema: dict[str, Any]) -> bool:
 def _internal(what: str) -> LmspError:
     """The error of a response that failed on the service's side (the log has the cause)."""
     return LmspError("internal_error", f"the response {what}; see the server log")
+
+
+def with_instructions(messages: list[ChatMessage], instructions: str | None) -> list[ChatMessage]:
+    """``instructions`` as the system message before the conversation (11.1).
+
+    Templates take one system message, first: instructions join one that is already there.
+    """
+    if not instructions:
+        return messages
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        return [ChatMessage("system", f"{instructions}\n\n{first.content}"), *messages[1:]]
+    return [ChatMessage("system", instructions), *messages]
+
+
+def _dump(value: str | BaseModel) -> str | dict[str, Any]:
+    return value if isinstance(value, str) else value.model_dump(exclude_none=True)
+
+
+def _text_format(request: ResponseRequest) -> dict[str, Any]:
+    """The output format of ``request`` in the shape of the request's ``text.format``."""
+    if request.text is not None and request.text.format is not None:
+        return request.text.format.model_dump(by_alias=True, exclude_none=True)
+    response_format = request.response_format
+    if not isinstance(response_format, JsonSchemaFormat):
+        return {"type": "text"}
+    spec = response_format.json_schema
+    return {"type": "json_schema", **spec.model_dump(by_alias=True, exclude_none=True)}
 
 
 def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:

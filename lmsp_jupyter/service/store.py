@@ -217,6 +217,13 @@ class TaskRecords:
         ).fetchone()
         return row
 
+    def of_response(self, response_id: str) -> sqlite3.Row | None:
+        """The task that runs the response ``response_id``."""
+        row: sqlite3.Row | None = self.store.db.execute(
+            "SELECT * FROM tasks WHERE response_id = ?", (response_id,)
+        ).fetchone()
+        return row
+
     def newest(
         self, owner: str, limit: int, status: str | None, metadata: dict[str, str]
     ) -> list[sqlite3.Row]:
@@ -324,6 +331,14 @@ class ResponseRecords:
             "SELECT * FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
         ).fetchone()
         return row
+
+    def with_item(self, item_id: str, owner: str) -> list[sqlite3.Row]:
+        """``owner``'s stored responses whose text mentions ``item_id`` (the caller checks)."""
+        pattern = "%" + json.dumps(item_id).replace("%", "") + "%"
+        return self.store.db.execute(
+            "SELECT * FROM responses WHERE owner = ? AND (response LIKE ? OR context LIKE ?)",
+            (owner, pattern, pattern),
+        ).fetchall()
 
     def purge(self, before: int) -> int:
         """Drop responses stored before ``before``."""

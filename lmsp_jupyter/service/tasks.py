@@ -28,7 +28,12 @@ from ..protocol.events import (
     sse_frame,
 )
 from ..protocol.ids import new_id
-from ..protocol.requests import Metadata, parse_response_request, validate_request
+from ..protocol.requests import (
+    Metadata,
+    ResponseRequest,
+    parse_response_request,
+    validate_request,
+)
 from ..protocol.responses import Response
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .responses import ResponseRun, ResponseService
@@ -156,11 +161,25 @@ class TaskService:
         task_request = validate_request(TaskRequest, body)
         try:
             request = parse_response_request({**task_request.request, "stream": False})
-            run = await self.responses.start(request, owner)
+            keep = None if then is None else lambda db, task, _response: then(db, task)
+            return await self.submit(request, owner, keep)
         except LmspError as error:  # name the field as the client sent it, inside "request"
             if error.param is not None:
                 error.param = f"request.{error.param}"
             raise
+
+    async def submit(
+        self,
+        request: ResponseRequest,
+        owner: str,
+        then: Callable[[sqlite3.Connection, Task, Response], None] | None = None,
+    ) -> Task:
+        """Queue a validated request as a task (a background response, 11.2, comes here).
+
+        ``then`` is given the new task and its queued response inside the transaction that
+        stores the task.
+        """
+        run = await self.responses.start(request, owner)
         if sum(len(q) for q in self._queues.values()) >= self.max_queued:
             raise LmspError(
                 "overloaded",
@@ -184,7 +203,7 @@ class TaskService:
             request=request.model_dump_json(by_alias=True, exclude_none=True),
             metadata=metadata,
             at=run.created_at,
-            then=None if then is None else lambda db: then(db, created),
+            then=None if then is None else lambda db: then(db, created, _queued(run.response())),
         )
         self._channels[queued.task_id] = _Channel()
         self._queues.setdefault(run.entry.id, deque()).append(queued)
@@ -224,7 +243,9 @@ class TaskService:
         """
         error = LmspError("internal_error", "the task failed; see the server log")
         queued.run.status, queued.run.error = "failed", error
-        failed = ResponseFailed(response_id=queued.run.id, error=error.to_problem())
+        failed = ResponseFailed(
+            response_id=queued.run.id, error=error.to_problem(), response=queued.run.response()
+        )
         final = ResponseEvent(id=queued.last_id + 1, data=failed)
         delay = STORE_RETRY_SECONDS
         while not self._closing:
@@ -251,7 +272,7 @@ class TaskService:
     ) -> None:
         if self._closing:  # what a stopping service cut short is failed by ``recover``
             return
-        stored = StoredEvent(event.id, event.event, event.data.model_dump_json())
+        stored = StoredEvent(event.id, event.event, event.data_json())
         final = None
         if event.is_final:
             final = FinalState(
@@ -311,6 +332,27 @@ class TaskService:
             queue_position=self._queue_position(row["id"], row["model"]),
         )
 
+    def task_of_response(self, response_id: str, owner: str) -> str:
+        """The task that runs a background response; none (or another owner's) → 404."""
+        row = self.records.of_response(response_id)
+        if row is None or row["owner"] != owner:
+            raise LmspError("response_not_found", f"no background response {response_id!r}")
+        task_id: str = row["id"]
+        return task_id
+
+    def response(self, response_id: str, owner: str) -> Response:
+        """A background response as it stands: queued, running or final (11.2)."""
+        row = self._row(self.task_of_response(response_id, owner), owner)
+        if row["result"]:
+            return Response.model_validate_json(row["result"])
+        live = self._running.get(row["id"]) or next(
+            (q for q in self._queues.get(row["model"], ()) if q.task_id == row["id"]), None
+        )
+        if live is None:  # not reached: the final event and the result are stored together
+            raise LmspError("internal_error", f"background response {response_id!r} is lost")
+        response = live.run.response()
+        return _queued(response) if row["status"] == "queued" else response
+
     def _queue_position(self, task_id: str, model_id: str) -> int | None:
         for position, queued in enumerate(self._queues.get(model_id, ()), start=1):
             if queued.task_id == task_id:
@@ -356,7 +398,7 @@ class TaskService:
         queued = next(q for q in queue if q.task_id == task_id)
         queue.remove(queued)
         queued.run.status = "cancelled"
-        cancelled = ResponseCancelled(response_id=queued.run.id)
+        cancelled = ResponseCancelled(response_id=queued.run.id, response=queued.run.response())
         self._record(task_id, queued.run, ResponseEvent(id=1, data=cancelled))
         return self.get(task_id, owner)
 
@@ -372,10 +414,11 @@ class TaskService:
                 model=row["model"],
                 error=error.to_problem(),
             )
-            failed = ResponseFailed(response_id=row["response_id"], error=error.to_problem())
-            stored = StoredEvent(
-                row["last_event_id"] + 1, "response.failed", failed.model_dump_json()
+            failed = ResponseFailed(
+                response_id=row["response_id"], error=error.to_problem(), response=response
             )
+            event = ResponseEvent(id=row["last_event_id"] + 1, data=failed)
+            stored = StoredEvent(event.id, event.event, event.data_json())
             final = FinalState(
                 status="failed",
                 result=response.model_dump_json(),
@@ -403,3 +446,8 @@ class TaskService:
         workers = list(self._workers.values())
         if workers:
             await asyncio.wait(workers, timeout=10)
+
+
+def _queued(response: Response) -> Response:
+    """A response as it stands while its task waits in the queue."""
+    return response.model_copy(update={"status": "queued"})

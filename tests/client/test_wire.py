@@ -18,14 +18,20 @@ from lmsp_jupyter.client import (
     ServiceUnreachable,
 )
 from lmsp_jupyter.protocol.events import OutputTextDelta, ResponseCompleted, ResponseCreated
-from lmsp_jupyter.protocol.responses import Usage
+from lmsp_jupyter.protocol.responses import Response, Usage
 
 BASE = "http://lmsp.test/jp/lmsp/v1"
 USAGE = Usage(input_tokens=1, output_tokens=1, total_tokens=2)
+RESPONSE = Response(id="resp_1", created_at=0, status="in_progress", model="m")
 EVENTS = [
-    ResponseEvent(1, ResponseCreated(response_id="resp_1")),
-    ResponseEvent(2, OutputTextDelta(response_id="resp_1", item_id="msg_1", delta="Hi")),
-    ResponseEvent(3, ResponseCompleted(response_id="resp_1", usage=USAGE)),
+    ResponseEvent(1, ResponseCreated(response_id="resp_1", response=RESPONSE)),
+    ResponseEvent(
+        2,
+        OutputTextDelta(
+            response_id="resp_1", item_id="msg_1", output_index=0, content_index=0, delta="Hi"
+        ),
+    ),
+    ResponseEvent(3, ResponseCompleted(response_id="resp_1", usage=USAGE, response=RESPONSE)),
 ]
 SSE = {"Content-Type": "text/event-stream; charset=utf-8"}
 

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from lmsp_jupyter.protocol.events import (
     OutputItemAdded,
@@ -61,7 +61,8 @@ class ScriptedClient:
         number = int(task_id.removeprefix("task_"))
         turn, response_id = self.turns[number - 1], f"resp_{number}"
         events = _Numbered()
-        yield events.next(ResponseCreated(response_id=response_id))
+        started = Response(id=response_id, created_at=0, status="in_progress", model="m")
+        yield events.next(ResponseCreated(response_id=response_id, response=started))
         output: list[OutputItem] = []
         if turn.deltas:
             message = OutputMessage(id=f"msg_{number}")
@@ -71,7 +72,13 @@ class ScriptedClient:
             for delta in turn.deltas:
                 time.sleep(turn.delay)
                 yield events.next(
-                    OutputTextDelta(response_id=response_id, item_id=message.id, delta=delta)
+                    OutputTextDelta(
+                        response_id=response_id,
+                        item_id=message.id,
+                        output_index=0,
+                        content_index=0,
+                        delta=delta,
+                    )
                 )
             message = OutputMessage(id=message.id, content=[OutputText(text="".join(turn.deltas))])
             output.append(message)
@@ -89,15 +96,19 @@ class ScriptedClient:
             )
         if turn.hold is not None:
             turn.hold.wait(10)
-        if task_id in self.cancelled:
-            status = "cancelled"
-            yield events.next(ResponseCancelled(response_id=response_id))
-        else:
-            status = "completed"
-            yield events.next(ResponseCompleted(response_id=response_id, usage=USAGE))
-        self._results[task_id] = Response(
+        status: Literal["cancelled", "completed"] = (
+            "cancelled" if task_id in self.cancelled else "completed"
+        )
+        result = Response(
             id=response_id, created_at=0, status=status, model="m", output=output, usage=USAGE
         )
+        if status == "cancelled":
+            yield events.next(ResponseCancelled(response_id=response_id, response=result))
+        else:
+            yield events.next(
+                ResponseCompleted(response_id=response_id, usage=USAGE, response=result)
+            )
+        self._results[task_id] = result
 
     def get_task(self, task_id: str) -> Task:
         result = self._results.get(task_id)

@@ -24,13 +24,14 @@ from lmsp_jupyter.protocol.events import (
 )
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
-from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
+from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
 from tests.spec import SPEC_STATUSES
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 RID = "resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"
 MID = "msg_01J8M6Q4W5C8H2K9P3S7Y1A6ZE"
 USAGE = Usage(input_tokens=28, output_tokens=31, total_tokens=59)
+RESPONSE = Response(id=RID, created_at=1794200000, status="in_progress", model="m")
 
 
 # --- problems ----------------------------------------------------------------------------------
@@ -68,6 +69,7 @@ def test_to_problem_matches_the_spec_example() -> None:
         "code": "unsupported_capability",
         "detail": "model 'x' has no 'tools' capability",
         "param": "tools",
+        "message": "model 'x' has no 'tools' capability",
     }
 
 
@@ -82,6 +84,7 @@ def test_to_problem_keeps_extra_fields() -> None:
         "code": "unsupported_version",
         "detail": "LMSP-Version 2.0 is not served",
         "param": None,
+        "message": "LMSP-Version 2.0 is not served",
         "supported_versions": ["1.0"],
     }
 
@@ -106,28 +109,45 @@ def test_problem_refuses_an_unknown_code() -> None:
 # --- events ------------------------------------------------------------------------------------
 
 
+def delta(text: str) -> OutputTextDelta:
+    return OutputTextDelta(
+        response_id=RID, item_id=MID, output_index=0, content_index=0, delta=text
+    )
+
+
 def test_to_sse_is_id_event_and_one_line_of_json_data() -> None:
-    event = ResponseEvent(id=3, data=OutputTextDelta(response_id=RID, item_id=MID, delta="Hi"))
+    event = ResponseEvent(id=3, data=delta("Hi"))
     assert event.to_sse() == (
         b"id: 3\n"
         b"event: response.output_text.delta\n"
-        b'data: {"response_id":"'
+        b'data: {"type":"response.output_text.delta","sequence_number":3,"response_id":"'
         + RID.encode()
         + b'","item_id":"'
         + MID.encode()
-        + b'","delta":"Hi"}\n\n'
+        + b'","output_index":0,"content_index":0,"delta":"Hi"}\n\n'
+    )
+
+
+def test_event_data_carries_its_name_as_type_and_its_id_as_sequence_number() -> None:
+    data = json.loads(
+        ResponseEvent(id=9, data=ResponseCancelled(response_id=RID, response=RESPONSE)).data_json()
+    )
+    assert (data["type"], data["sequence_number"], data["response"]["id"]) == (
+        "response.cancelled",
+        9,
+        RID,
     )
 
 
 def test_to_sse_data_is_one_line_when_the_delta_has_newlines() -> None:
-    delta = "line one\nline two\r\n\nend\u2028"
-    sse = ResponseEvent(id=7, data=OutputTextDelta(response_id=RID, item_id=MID, delta=delta))
+    text = "line one\nline two\r\n\nend\u2028"
+    sse = ResponseEvent(id=7, data=delta(text))
     assert b"\r" not in sse.to_sse()
     lines = sse.to_sse().decode().split("\n")
     assert lines[:2] == ["id: 7", "event: response.output_text.delta"]
     assert lines[2].startswith("data: ")
     assert lines[3:] == ["", ""]
-    assert json.loads(lines[2].removeprefix("data: "))["delta"] == delta
+    assert json.loads(lines[2].removeprefix("data: "))["delta"] == text
 
 
 def test_to_sse_keeps_null_fields() -> None:
@@ -135,18 +155,31 @@ def test_to_sse_keeps_null_fields() -> None:
     sse = ResponseEvent(id=2, data=OutputItemAdded(response_id=RID, output_index=0, item=item))
     data = sse.to_sse().decode().split("\n")[2].removeprefix("data: ")
     assert json.loads(data) == {
+        "type": "response.output_item.added",
+        "sequence_number": 2,
         "response_id": RID,
         "output_index": 0,
-        "item": {"type": "message", "id": MID, "role": "assistant", "content": []},
+        "item": {
+            "type": "message",
+            "id": MID,
+            "role": "assistant",
+            "status": "completed",
+            "content": [],
+        },
     }
 
 
 def test_to_sse_of_a_failed_event_carries_the_problem() -> None:
     problem = LmspError("generation_failed", "boom").to_problem()
-    sse = ResponseEvent(id=4, data=ResponseFailed(response_id=RID, error=problem)).to_sse()
+    failed = ResponseFailed(response_id=RID, error=problem, response=RESPONSE)
+    sse = ResponseEvent(id=4, data=failed).to_sse()
     head, data = sse.decode().split("\ndata: ")
+    fields = json.loads(data)
     assert head == "id: 4\nevent: response.failed"
-    assert json.loads(data) == {
+    assert fields.pop("response")["id"] == RID
+    assert fields == {
+        "type": "response.failed",
+        "sequence_number": 4,
         "response_id": RID,
         "status": "failed",
         "error": {
@@ -156,18 +189,19 @@ def test_to_sse_of_a_failed_event_carries_the_problem() -> None:
             "code": "generation_failed",
             "detail": "boom",
             "param": None,
+            "message": "boom",
         },
     }
 
 
 EVENTS = [
-    (ResponseCreated(response_id=RID), "response.created", False),
+    (ResponseCreated(response_id=RID, response=RESPONSE), "response.created", False),
     (
         OutputItemAdded(response_id=RID, output_index=0, item=OutputMessage(id=MID)),
         "response.output_item.added",
         False,
     ),
-    (OutputTextDelta(response_id=RID, item_id=MID, delta="x"), "response.output_text.delta", False),
+    (delta("x"), "response.output_text.delta", False),
     (
         OutputItemDone(
             response_id=RID,
@@ -177,22 +211,31 @@ EVENTS = [
         "response.output_item.done",
         False,
     ),
-    (ResponseCompleted(response_id=RID, usage=USAGE), "response.completed", True),
+    (
+        ResponseCompleted(response_id=RID, usage=USAGE, response=RESPONSE),
+        "response.completed",
+        True,
+    ),
     (
         ResponseIncomplete(
             response_id=RID,
             usage=USAGE,
             incomplete_details=IncompleteDetails(reason="max_output_tokens"),
+            response=RESPONSE,
         ),
         "response.incomplete",
         True,
     ),
     (
-        ResponseFailed(response_id=RID, error=LmspError("generation_failed").to_problem()),
+        ResponseFailed(
+            response_id=RID,
+            error=LmspError("generation_failed").to_problem(),
+            response=RESPONSE,
+        ),
         "response.failed",
         True,
     ),
-    (ResponseCancelled(response_id=RID), "response.cancelled", True),
+    (ResponseCancelled(response_id=RID, response=RESPONSE), "response.cancelled", True),
     (StreamError(error=LmspError("internal_error").to_problem()), "error", True),
 ]
 
@@ -220,13 +263,20 @@ def test_final_events_are_the_four_final_statuses_and_error() -> None:
 
 
 def test_final_event_data_carries_its_status() -> None:
-    assert json.loads(ResponseCompleted(response_id=RID, usage=USAGE).model_dump_json()) == {
+    completed = ResponseCompleted(response_id=RID, usage=USAGE, response=RESPONSE)
+    assert json.loads(completed.model_dump_json(exclude={"response"})) == {
         "response_id": RID,
         "status": "completed",
-        "usage": {"input_tokens": 28, "output_tokens": 31, "total_tokens": 59},
+        "usage": {
+            "input_tokens": 28,
+            "output_tokens": 31,
+            "total_tokens": 59,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
     }
-    assert ResponseCancelled(response_id=RID).status == "cancelled"
-    assert ResponseCreated(response_id=RID).status == "in_progress"
+    assert ResponseCancelled(response_id=RID, response=RESPONSE).status == "cancelled"
+    assert ResponseCreated(response_id=RID, response=RESPONSE).status == "in_progress"
 
 
 # --- ids ---------------------------------------------------------------------------------------

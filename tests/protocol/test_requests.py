@@ -336,8 +336,9 @@ def test_unknown_item_type_is_invalid_request_naming_the_item_type() -> None:
     assert_invalid(request(input=[message(text("a")), {"type": "foo"}]), "input[1].type")
 
 
-def test_item_without_type_is_invalid_request_naming_the_item_type() -> None:
-    assert_invalid(request(input=[{"role": "user", "content": "x"}]), "input[0].type")
+def test_item_without_type_or_role_is_invalid_request_naming_the_item_type() -> None:
+    # With a role it is a message (11.1).
+    assert_invalid(request(input=[{"call_id": "c", "output": "x"}]), "input[0].type")
 
 
 # --- extensions --------------------------------------------------------------------------------

@@ -20,20 +20,23 @@ class Event:
 def parse_sse(lines: Iterable[str]) -> tuple[list[Event], list[str]]:
     """Events and comments of a stream; every event must have an id, a name and one data line.
 
-    The stream must open with ``retry: 2000`` (so browsers reconnect) and say it only there.
+    No frame goes without data (11.4): a blank line only ever ends an event, the first event's
+    frame carries ``retry: 2000`` (so browsers reconnect) and no other frame does, and a comment
+    (keep-alive) is a line alone.
     """
     events: list[Event] = []
     comments: list[str] = []
     fields: dict[str, str] = {}
-    iterator = iter(lines)
-    assert [next(iterator), next(iterator)] == ["retry: 2000", ""]
-    for line in iterator:
+    for line in lines:
         if line == "":
-            if fields:
-                assert set(fields) == {"id", "event", "data"}, fields
-                events.append(Event(int(fields["id"]), fields["event"], json.loads(fields["data"])))
-                fields = {}
+            assert fields, "a blank line that ends no event"
+            if not events:
+                assert fields.pop("retry", None) == "2000", "the first event must carry retry"
+            assert set(fields) == {"id", "event", "data"}, fields
+            events.append(Event(int(fields["id"]), fields["event"], json.loads(fields["data"])))
+            fields = {}
         elif line.startswith(":"):
+            assert not fields, "a comment inside an event"
             comments.append(line)
         else:
             name, _, value = line.partition(": ")

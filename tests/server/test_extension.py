@@ -83,13 +83,19 @@ async def test_failure_mid_stream_ends_with_one_response_failed(
         events, _ = parse_sse([line async for line in response.aiter_lines()])
     assert [e.event for e in events] == [
         "response.created",
+        "response.in_progress",
         "response.output_item.added",
+        "response.content_part.added",
         "response.output_text.delta",
         "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
         "response.output_item.done",
         "response.failed",
     ]
-    assert [e.id for e in events] == [1, 2, 3, 4, 5, 6]
+    assert [e.id for e in events] == list(range(1, 11))
+    assert [e.data["sequence_number"] for e in events] == list(range(1, 11))
+    assert events[-1].data["response"]["status"] == "failed"
     assert events[-1].data["status"] == "failed"
     assert events[-1].data["error"]["code"] == "generation_failed"
 

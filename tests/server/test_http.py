@@ -302,11 +302,17 @@ def test_stream_events_in_order_with_ids_from_one(client: httpx.Client) -> None:
     names = [e.event for e in events]
     assert names == [
         "response.created",
+        "response.in_progress",
         "response.output_item.added",
-        *["response.output_text.delta"] * (len(events) - 4),
+        "response.content_part.added",
+        *["response.output_text.delta"] * (len(events) - 8),
+        "response.output_text.done",
+        "response.content_part.done",
         "response.output_item.done",
         "response.incomplete",
     ]
+    assert [e.data["type"] for e in events] == names
+    assert [e.data["sequence_number"] for e in events] == [e.id for e in events]
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     response_id = events[0].data["response_id"]
     assert all(e.data["response_id"] == response_id for e in events)
@@ -318,7 +324,7 @@ def test_stream_events_in_order_with_ids_from_one(client: httpx.Client) -> None:
 
 def test_stream_deltas_concatenate_to_the_final_text(client: httpx.Client) -> None:
     _, events = stream(client, ask(max_output_tokens=12))
-    item = events[1].data["item"]
+    item = events[2].data["item"]
     deltas = [e.data for e in events if e.event == "response.output_text.delta"]
     assert all(d["item_id"] == item["id"] for d in deltas)
     done = next(e.data for e in events if e.event == "response.output_item.done")

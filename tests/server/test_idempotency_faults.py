@@ -75,6 +75,42 @@ async def test_a_finished_stream_replays_as_the_same_stream(
     assert len(engine.prompts) == 1  # generated once
 
 
+async def test_a_finished_chat_stream_replays_as_the_same_chunks(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    engine = ScriptedEngine(deltas=["Hel", "lo"])
+    script(jp_serverapp, engine)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+    headers = {"Idempotency-Key": "chat-replay"}
+    first = await lmsp.post("/chat/completions", json=body, headers=headers)
+    again = await lmsp.post("/chat/completions", json=body, headers=headers)
+    assert first.status_code == again.status_code == 200
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.headers["content-type"].startswith("text/event-stream")
+    assert again.text == first.text
+    assert first.text.endswith("data: [DONE]\n\n")
+    assert len(engine.prompts) == 1  # generated once
+
+
+async def test_a_background_stream_replays_its_task_events(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+) -> None:
+    engine = ScriptedEngine(deltas=["Hel", "lo"])
+    script(jp_serverapp, engine)
+    first = await stream(lmsp, "background-replay", background=True)
+    again = await stream(lmsp, "background-replay", background=True)
+    assert first.status_code == again.status_code == 200
+    assert again.headers["idempotent-replayed"] == "true"
+    events = events_of(first)
+    assert [e.event for e in events][:2] == ["response.created", "response.in_progress"]
+    assert events[-1].event == "response.completed"
+    assert events_of(again) == events
+    assert len(engine.prompts) == 1  # one task, generated once
+
+
 async def test_a_stream_whose_client_left_is_not_replayed_and_its_key_is_free(
     jp_serverapp: Any,
     lmsp: httpx.AsyncClient,

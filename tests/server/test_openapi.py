@@ -351,11 +351,16 @@ def sse_stream(response: schemathesis.Response, case: Case) -> None:
     media_type = (response.headers.get("content-type") or [""])[0].split(";")[0].strip()
     if response.status_code != 200 or media_type != "text/event-stream":
         return
-    assert response.text.startswith("retry: "), response.text[:100]
-    blocks = [b for b in response.text.split("\n\n") if b and not b.startswith((":", "retry"))]
+    if case.operation.path == "/chat/completions":
+        chat_stream(response.text)
+        return
+    blocks = [b for b in response.text.split("\n\n") if b]
     ids, names = [], []
-    for block in blocks:
-        fields = dict(line.split(": ", 1) for line in block.split("\n"))
+    for number, block in enumerate(blocks):
+        lines = [line for line in block.split("\n") if not line.startswith(":")]
+        fields = dict(line.split(": ", 1) for line in lines)
+        if number == 0:  # no frame without data: retry travels in the first event's frame
+            assert fields.pop("retry", None) == "2000", block
         assert set(fields) == {"id", "event", "data"}, block
         assert fields["event"] in EVENT_NAMES.values(), f"undocumented event {fields['event']}"
         ids.append(int(fields["id"]))
@@ -365,6 +370,21 @@ def sse_stream(response: schemathesis.Response, case: Case) -> None:
         assert ids and ids[0] == 1, ids
     if names:  # a task's stream after its last event is empty
         assert names[-1] in FINAL_EVENTS and not set(names[:-1]) & FINAL_EVENTS, names
+
+
+def chat_stream(text: str) -> None:
+    """A chat stream: frames of ``data`` alone (retry in the first), chunks, then ``[DONE]``."""
+    frames = []
+    for number, block in enumerate(b for b in text.split("\n\n") if b):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if not line.startswith(":"))
+        if number == 0:
+            assert fields.pop("retry", None) == "2000", block
+        assert set(fields) == {"data"}, block
+        frames.append(fields["data"])
+    assert frames[-1] == "[DONE]" and "[DONE]" not in frames[:-1], frames[-3:]
+    for frame in frames[:-1]:
+        data = json.loads(frame)
+        assert data.get("object") == "chat.completion.chunk" or set(data) == {"error"}, data
 
 
 def cheapen(body: Any, use_model: bool) -> bool:
@@ -377,6 +397,19 @@ def cheapen(body: Any, use_model: bool) -> bool:
     if use_model:
         body["model"] = MODEL
         body.setdefault("store", True)
+    return use_model
+
+
+def cheapen_chat(body: Any, use_model: bool) -> bool:
+    """Cap the tokens of a chat request; maybe name the bundled model."""
+    if not isinstance(body, dict):
+        return False
+    body.pop("max_tokens", None)
+    tokens = body.get("max_completion_tokens")
+    if tokens is None or (type(tokens) is int and tokens > MAX_OUTPUT_TOKENS):
+        body["max_completion_tokens"] = MAX_OUTPUT_TOKENS
+    if use_model:
+        body["model"] = MODEL
     return use_model
 
 
@@ -441,6 +474,8 @@ class Fuzzer:
         use_model = dice == 0 and self.model_calls[label] < MODEL_CALLS_PER_OPERATION
         if case.method == "POST" and case.operation.path == "/responses":
             self.model_calls[label] += cheapen(case.body, use_model)
+        elif case.method == "POST" and case.operation.path == "/chat/completions":
+            self.model_calls[label] += cheapen_chat(case.body, use_model)
         elif case.method == "POST" and isinstance(case.body, dict):  # POST /tasks
             self.model_calls[label] += cheapen(case.body.get("request"), use_model)
         parameters = case.path_parameters or {}

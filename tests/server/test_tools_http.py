@@ -64,7 +64,7 @@ def test_json_schema_sync_and_stream_give_the_same_valid_text(client: httpx.Clie
     deltas = "".join(e.data["delta"] for e in events if e.event == "response.output_text.delta")
     (done,) = [e.data for e in events if e.event == "response.output_item.done"]
     assert deltas == text
-    assert done["item"]["content"] == [{"type": "output_text", "text": text}]
+    assert done["item"]["content"] == [{"type": "output_text", "text": text, "annotations": []}]
 
 
 def test_forced_call_over_sse_streams_argument_deltas_and_a_whole_call_item(
@@ -73,19 +73,22 @@ def test_forced_call_over_sse_streams_argument_deltas_and_a_whole_call_item(
     response, events = stream(client, ask(tools=[WEATHER], tool_choice="required"))
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    count = len(events) - 4
+    count = len(events) - 6
     assert count >= 1
     assert [e.event for e in events] == [
         "response.created",
+        "response.in_progress",
         "response.output_item.added",
         *["response.function_call_arguments.delta"] * count,
+        "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
     assert [e.id for e in events] == list(range(1, len(events) + 1))
-    added, done = events[1].data, events[-2].data
+    added, done = events[2].data, events[-2].data
     call = done["item"]
-    assert set(call) == {"type", "id", "call_id", "name", "arguments"}
+    assert set(call) == {"type", "id", "call_id", "name", "arguments", "status"}
+    assert (added["item"]["status"], call["status"]) == ("in_progress", "completed")
     assert call["type"] == "function_call"
     assert call["name"] == "get_weather"
     assert call["id"].startswith("fc_") and call["call_id"].startswith("call_")

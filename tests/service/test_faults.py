@@ -50,6 +50,10 @@ CREATED, ADDED, DELTA, DONE = (
     "response.output_text.delta",
     "response.output_item.done",
 )
+#: Before the first item (11.4), and the message's closing events before its item's done.
+START = [CREATED, "response.in_progress"]
+TEXT_OPEN = [ADDED, "response.content_part.added"]
+TEXT_CLOSE = ["response.output_text.done", "response.content_part.done", DONE]
 
 
 @dataclass
@@ -134,7 +138,7 @@ async def test_an_engine_bug_ends_the_stream_with_open_items_done_and_one_failed
     responses, _ = services(BuggyEngine(deltas=("Hel", "lo")), Store(tmp_path / "s.db"))
     run = await responses.start(request())
     events = [event async for event in responses.events(run, CancelToken())]
-    assert names(events) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.failed"]
+    assert names(events) == [*START, *TEXT_OPEN, DELTA, DELTA, *TEXT_CLOSE, "response.failed"]
     assert_one_final_last(events)
     done = events[-2].data
     assert isinstance(done, OutputItemDone)
@@ -150,7 +154,7 @@ async def test_an_engine_that_stops_without_its_end_fails_the_generation(tmp_pat
     responses, _ = services(SilentEngine(deltas=("a",)), Store(tmp_path / "s.db"))
     run = await responses.start(request())
     events = [event async for event in responses.events(run, CancelToken())]
-    assert names(events) == [CREATED, ADDED, DELTA, DONE, "response.failed"]
+    assert names(events) == [*START, *TEXT_OPEN, DELTA, *TEXT_CLOSE, "response.failed"]
     assert events[-1].data.model_dump()["error"]["code"] == "generation_failed"
 
 
@@ -162,7 +166,7 @@ async def test_a_response_that_cannot_be_stored_ends_with_response_failed(
     run = await responses.start(request(store=True))
     store.fault = sqlite3.OperationalError("database or disk is full")
     events = [event async for event in responses.events(run, CancelToken())]
-    assert names(events) == [CREATED, ADDED, DELTA, DONE, "response.failed"]
+    assert names(events) == [*START, *TEXT_OPEN, DELTA, *TEXT_CLOSE, "response.failed"]
     assert_one_final_last(events)
     assert run.response().status == "failed"
     store.fault = None
@@ -194,7 +198,7 @@ async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: P
     await wait_final(tasks, task.id)
     stored = await follow_all(tasks, task.id)
     assert [e.to_sse() for e in stored] == [e.to_sse() for e in live]
-    assert names(stored) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.failed"]
+    assert names(stored) == [*START, *TEXT_OPEN, DELTA, DELTA, *TEXT_CLOSE, "response.failed"]
     assert_one_final_last(stored)
     result = tasks.get(task.id, "jupyter")
     assert result.status == "failed" and result.result is not None

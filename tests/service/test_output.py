@@ -13,11 +13,15 @@ import pytest
 
 from lmsp_jupyter.protocol.events import (
     EVENT_NAMES,
+    ContentPartAdded,
+    ContentPartDone,
     EventData,
     FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
     OutputItemAdded,
     OutputItemDone,
     OutputTextDelta,
+    OutputTextDone,
     ReasoningSummaryTextDelta,
 )
 from lmsp_jupyter.protocol.items import (
@@ -36,7 +40,13 @@ ADDED = "response.output_item.added"
 TEXT = "response.output_text.delta"
 REASONING = "response.reasoning_summary_text.delta"
 ARGUMENTS = "response.function_call_arguments.delta"
+ARGUMENTS_DONE = "response.function_call_arguments.done"
 DONE = "response.output_item.done"
+PART_ADDED = "response.content_part.added"
+TEXT_DONE = "response.output_text.done"
+PART_DONE = "response.content_part.done"
+#: A message's closing events, after its deltas.
+MESSAGE_DONE = [TEXT_DONE, PART_DONE, DONE]
 
 WEATHER = FunctionTool(
     type="function",
@@ -84,11 +94,15 @@ def message_of(events: Sequence[EventData]) -> tuple[OutputItemAdded, str, Outpu
 
 def test_text_mode_gives_added_deltas_done_of_one_message_with_the_concatenated_text() -> None:
     builder, events = build(ContentMode.TEXT, ["Hel", "lo, ", "world", "!"])
-    assert names(events) == [ADDED, TEXT, TEXT, TEXT, TEXT, DONE]
+    assert names(events) == [ADDED, PART_ADDED, TEXT, TEXT, TEXT, TEXT, *MESSAGE_DONE]
     added, text, done = message_of(events)
     assert isinstance(added.item, OutputMessage)
     assert added.item.id.startswith("msg_")
     assert (added.response_id, added.output_index, added.item.content) == (RESPONSE_ID, 0, [])
+    assert added.item.status == "in_progress"
+    assert {
+        (e.output_index, e.content_index) for e in events if isinstance(e, OutputTextDelta)
+    } == {(0, 0)}
     assert [e.delta for e in events if isinstance(e, OutputTextDelta)] == [
         "Hel",
         "lo, ",
@@ -103,9 +117,27 @@ def test_text_mode_gives_added_deltas_done_of_one_message_with_the_concatenated_
     assert builder.message_text == "Hello, world!"
 
 
+def test_text_part_events_carry_the_part_and_the_whole_text() -> None:
+    _, events = build(ContentMode.TEXT, ["a", "b"])
+    part_added, text_done, part_done = events[1], events[-3], events[-2]
+    assert isinstance(part_added, ContentPartAdded) and part_added.part == OutputText(text="")
+    assert isinstance(text_done, OutputTextDone) and text_done.text == "ab"
+    assert isinstance(part_done, ContentPartDone) and part_done.part == OutputText(text="ab")
+    assert {(e.output_index, e.content_index) for e in (part_added, text_done, part_done)} == {
+        (0, 0)
+    }
+
+
+def test_items_cut_short_are_done_with_status_incomplete() -> None:
+    builder = OutputBuilder(RESPONSE_ID, ContentMode.TEXT)
+    builder.feed("Hel")
+    (done,) = [e for e in builder.finish(incomplete=True) if isinstance(e, OutputItemDone)]
+    assert done.item.status == "incomplete"
+
+
 def test_empty_generation_still_gives_one_message_with_empty_text() -> None:
     builder, events = build(ContentMode.TEXT, [])
-    assert names(events) == [ADDED, DONE]
+    assert names(events) == [ADDED, PART_ADDED, *MESSAGE_DONE]
     added, text, done = message_of(events)
     assert text == ""
     assert done.item == OutputMessage(id=added.item.id, content=[OutputText(text="")])
@@ -185,7 +217,7 @@ def test_thinking_open_treats_text_up_to_the_closing_tag_as_reasoning() -> None:
 
 def test_without_reasoning_think_tags_stay_in_the_message_text() -> None:
     builder, events = build(ContentMode.TEXT, ["<think>x</think>y"], reasoning=False)
-    assert names(events) == [ADDED, TEXT, DONE]
+    assert names(events) == [ADDED, PART_ADDED, TEXT, *MESSAGE_DONE]
     assert not any(isinstance(e, ReasoningSummaryTextDelta) for e in events)
     (message,) = builder.items
     assert isinstance(message, OutputMessage)
@@ -207,10 +239,11 @@ def test_forced_call_streams_argument_deltas_that_concatenate_to_the_call_argume
     size: int,
 ) -> None:
     builder, events = build(ContentMode.FORCED_CALL, pieces(CALL, size), tools=[WEATHER])
-    count = len(events) - 2
+    count = len(events) - 3
     assert count >= 1
-    assert names(events) == [ADDED] + [ARGUMENTS] * count + [DONE]
-    added, done = events[0], events[-1]
+    assert names(events) == [ADDED] + [ARGUMENTS] * count + [ARGUMENTS_DONE, DONE]
+    added, arguments_done, done = events[0], events[-2], events[-1]
+    assert isinstance(arguments_done, FunctionCallArgumentsDone)
     assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
     call = added.item
     assert isinstance(call, OutputFunctionCall)
@@ -224,6 +257,8 @@ def test_forced_call_streams_argument_deltas_that_concatenate_to_the_call_argume
     arguments = [e for e in events if isinstance(e, FunctionCallArgumentsDelta)]
     assert {e.item_id for e in arguments} == {call.id}
     assert "".join(e.delta for e in arguments) == final.arguments
+    assert {e.output_index for e in arguments} == {0}
+    assert (arguments_done.name, arguments_done.arguments) == ("get_weather", final.arguments)
     assert json.loads(final.arguments) == {"city": "Paris"}
     assert builder.items == [final]
     assert builder.message_text is None
@@ -263,7 +298,7 @@ def test_forced_call_with_nested_braces_keeps_the_inner_closing_braces() -> None
 
 def test_auto_plain_answer_streams_as_message_text() -> None:
     builder, events = build(ContentMode.AUTO, ["It is ", "sunny ", "in Paris."], tools=[WEATHER])
-    assert names(events) == [ADDED, TEXT, TEXT, TEXT, DONE]
+    assert names(events) == [ADDED, PART_ADDED, TEXT, TEXT, TEXT, *MESSAGE_DONE]
     _, text, done = message_of(events)
     assert text == "It is sunny in Paris."
     assert done.item.type == "message"
@@ -273,7 +308,7 @@ def test_auto_plain_answer_streams_as_message_text() -> None:
 def test_auto_hermes_call_of_a_known_tool_becomes_a_function_call_item() -> None:
     text = f"<tool_call>{CALL}</tool_call>"
     builder, events = build(ContentMode.AUTO, pieces(text, 4), tools=[WEATHER])
-    assert names(events) == [ADDED, ARGUMENTS, DONE]
+    assert names(events) == [ADDED, ARGUMENTS, ARGUMENTS_DONE, DONE]
     assert not any(isinstance(e, OutputTextDelta) for e in events)
     (call,) = builder.items
     assert isinstance(call, OutputFunctionCall)
@@ -304,3 +339,24 @@ def test_auto_call_that_does_not_validate_falls_back_to_one_message_of_the_whole
     assert streamed == text
     assert done.item.type == "message"
     assert builder.message_text == text
+
+
+def test_at_most_max_calls_native_calls_become_items() -> None:
+    text = f"<tool_call>{CALL}</tool_call>\n<tool_call>{CALL}</tool_call>"
+    builder, _ = build(ContentMode.AUTO, [text], tools=[WEATHER])
+    assert [item.type for item in builder.items] == ["function_call", "function_call"]
+    builder, _ = build(ContentMode.AUTO, [text], tools=[WEATHER], max_calls=1)
+    assert [item.type for item in builder.items] == ["function_call"]
+
+
+def test_reasoning_gets_summary_part_events_around_its_deltas() -> None:
+    builder, events = build(ContentMode.TEXT, ["<think>", "plan", "</think>", "x"], reasoning=True)
+    assert names(events)[:6] == [
+        ADDED,
+        "response.reasoning_summary_part.added",
+        REASONING,
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        DONE,
+    ]
+    assert builder.reasoning_tokens == 3  # the tags count, the answer's "x" does not

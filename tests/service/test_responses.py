@@ -42,6 +42,12 @@ CREATED = "response.created"
 ADDED = "response.output_item.added"
 DELTA = "response.output_text.delta"
 DONE = "response.output_item.done"
+IN_PROGRESS = "response.in_progress"
+PART_ADDED = "response.content_part.added"
+#: A message's closing events, its item's done last.
+MESSAGE_DONE = ["response.output_text.done", "response.content_part.done", DONE]
+#: How every generating stream begins.
+START = [CREATED, IN_PROGRESS]
 
 
 def request(**fields: Any) -> ResponseRequest:
@@ -123,9 +129,16 @@ async def test_stream_is_created_added_deltas_done_then_one_final_event(
 ) -> None:
     run = await service.start(request(max_output_tokens=8))
     events = await events_of(service, run)
-    count = len(events) - 4
+    count = len(events) - 8
     assert count >= 1
-    assert names(events) == [CREATED, ADDED] + [DELTA] * count + [DONE, "response.incomplete"]
+    assert names(events) == [
+        *START,
+        ADDED,
+        PART_ADDED,
+        *[DELTA] * count,
+        *MESSAGE_DONE,
+        "response.incomplete",
+    ]
     assert [event.is_final for event in events] == [False] * (len(events) - 1) + [True]
     assert sum(event.event in FINAL_EVENTS for event in events) == 1
 
@@ -143,11 +156,16 @@ async def test_every_event_names_the_response_and_its_one_message_item(
     events = await events_of(service, run)
     assert run.id.startswith("resp_")
     assert {event.data.response_id for event in events} == {run.id}  # type: ignore[union-attr]
-    created, added = events[0].data, events[1].data
-    assert created == ResponseCreated(response_id=run.id, status="in_progress")
+    created, added = events[0].data, events[2].data
+    assert isinstance(created, ResponseCreated)
+    assert (created.status, created.response.id, created.response.status) == (
+        "in_progress",
+        run.id,
+        "in_progress",
+    )
     assert isinstance(added, OutputItemAdded)
     assert added.output_index == 0
-    assert added.item == OutputMessage(id=added.item.id, content=[])
+    assert added.item == OutputMessage(id=added.item.id, status="in_progress", content=[])
     assert added.item.id.startswith("msg_")
     item_ids = {e.data.item_id for e in events if isinstance(e.data, OutputTextDelta)}
     assert item_ids == {added.item.id}
@@ -177,13 +195,14 @@ async def test_max_output_tokens_ends_incomplete_with_reason_max_output_tokens(
     assert isinstance(final, ResponseIncomplete)
     input_tokens = len(run.prompt.tokens)
     usage = Usage(input_tokens=input_tokens, output_tokens=5, total_tokens=input_tokens + 5)
+    response = run.response()
     assert final == ResponseIncomplete(
         response_id=run.id,
         status="incomplete",
         incomplete_details=IncompleteDetails(reason="max_output_tokens"),
         usage=usage,
+        response=response,
     )
-    response = run.response()
     assert (response.status, response.usage, response.error) == ("incomplete", usage, None)
     assert response.incomplete_details == IncompleteDetails(reason="max_output_tokens")
 
@@ -387,7 +406,15 @@ async def test_scripted_generation_that_stops_ends_completed() -> None:
     service = service_of(engine)
     run = await service.start(request(input="a b c"))
     events = await events_of(service, run)
-    assert names(events) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.completed"]
+    assert names(events) == [
+        *START,
+        ADDED,
+        PART_ADDED,
+        DELTA,
+        DELTA,
+        *MESSAGE_DONE,
+        "response.completed",
+    ]
     assert [e.data.delta for e in events if isinstance(e.data, OutputTextDelta)] == ["Hel", "lo"]
     assert done_text(events) == "Hello"
     usage = Usage(input_tokens=4, output_tokens=2, total_tokens=6)
@@ -407,9 +434,17 @@ async def test_failure_mid_stream_ends_with_one_response_failed_after_the_deltas
     service = service_of(ScriptedEngine(deltas=("Hel", "lo", "!"), fail_after=2))
     run = await service.start(request())
     events = await events_of(service, run)
-    assert names(events) == [CREATED, ADDED, DELTA, DELTA, DONE, "response.failed"]
+    assert names(events) == [
+        *START,
+        ADDED,
+        PART_ADDED,
+        DELTA,
+        DELTA,
+        *MESSAGE_DONE,
+        "response.failed",
+    ]
     assert deltas(events) == "Hello" == done_text(events)
-    assert [event.id for event in events] == [1, 2, 3, 4, 5, 6]
+    assert [event.id for event in events] == list(range(1, 11))
     assert sum(event.is_final for event in events) == 1
     failed = events[-1].data
     assert isinstance(failed, ResponseFailed)
@@ -429,7 +464,7 @@ async def test_failure_before_any_delta_ends_with_response_failed_and_no_item() 
     service = service_of(ScriptedEngine(fail_after=0))
     run = await service.start(request())
     events = await events_of(service, run)
-    assert names(events) == [CREATED, "response.failed"]
+    assert names(events) == [*START, "response.failed"]
     assert run.output == []
 
 
@@ -448,9 +483,11 @@ async def test_cancelled_token_gives_output_item_done_then_response_cancelled() 
     cancel = CancelToken()
     cancel.cancel()
     events = await events_of(service, run, cancel)
-    assert names(events) == [CREATED, ADDED, DONE, "response.cancelled"]
+    assert names(events) == [*START, ADDED, PART_ADDED, *MESSAGE_DONE, "response.cancelled"]
     assert done_text(events) == ""
-    assert events[-1].data.model_dump() == {"response_id": run.id, "status": "cancelled"}
+    cancelled = events[-1].data.model_dump()
+    assert (cancelled["response_id"], cancelled["status"]) == (run.id, "cancelled")
+    assert cancelled["response"]["status"] == "cancelled"
     assert run.status == "cancelled"
     assert run.response().status == "cancelled"
 
@@ -464,7 +501,14 @@ async def test_cancel_mid_stream_keeps_the_text_so_far_then_response_cancelled()
         events.append(event)
         if event.event == DELTA:
             cancel.cancel()
-    assert names(events) == [CREATED, ADDED, DELTA, DONE, "response.cancelled"]
+    assert names(events) == [
+        *START,
+        ADDED,
+        PART_ADDED,
+        DELTA,
+        *MESSAGE_DONE,
+        "response.cancelled",
+    ]
     assert done_text(events) == "Hel"
     assert run.status == "cancelled"
 

@@ -466,17 +466,21 @@ async def test_json_schema_stream_is_created_added_text_deltas_done_completed(
 ) -> None:
     schema = SCHEMAS["nested_object_with_required_fields"]
     events = await stream(service, body(max_output_tokens=80, response_format=json_format(schema)))
-    count = len(events) - 4
+    count = len(events) - 8
     assert count >= 1
     assert [e.event for e in events] == [
         "response.created",
+        "response.in_progress",
         "response.output_item.added",
+        "response.content_part.added",
         *["response.output_text.delta"] * count,
+        "response.output_text.done",
+        "response.content_part.done",
         "response.output_item.done",
         "response.completed",
     ]
     assert [e.id for e in events] == list(range(1, len(events) + 1))
-    added, done = events[1].data, events[-2].data
+    added, done = events[2].data, events[-2].data
     assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
     assert isinstance(done.item, OutputMessage)
     assert done.item.id == added.item.id
@@ -491,17 +495,19 @@ async def test_forced_call_stream_is_created_added_argument_deltas_done_complete
     service: ResponseService,
 ) -> None:
     events = await stream(service, body(tools=[WEATHER, TIME], tool_choice="required"))
-    count = len(events) - 4
+    count = len(events) - 6
     assert count >= 1
     assert [e.event for e in events] == [
         "response.created",
+        "response.in_progress",
         "response.output_item.added",
         *["response.function_call_arguments.delta"] * count,
+        "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
     assert [e.id for e in events] == list(range(1, len(events) + 1))
-    added, done = events[1].data, events[-2].data
+    added, done = events[2].data, events[-2].data
     assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
     assert isinstance(added.item, OutputFunctionCall)
     assert added.item.arguments == ""
