@@ -131,24 +131,31 @@ def test_reasoning_content_becomes_a_reasoning_item_before_the_message(
         events, _ = parse_sse(response.iter_lines())
     assert [(event.id, event.event) for event in events] == [
         (1, "response.created"),
-        (2, "response.output_item.added"),
-        (3, "response.reasoning_summary_text.delta"),
-        (4, "response.reasoning_summary_text.delta"),
-        (5, "response.output_item.done"),
-        (6, "response.output_item.added"),
-        (7, "response.output_text.delta"),
-        (8, "response.output_text.delta"),
+        (2, "response.in_progress"),
+        (3, "response.output_item.added"),
+        (4, "response.reasoning_summary_part.added"),
+        (5, "response.reasoning_summary_text.delta"),
+        (6, "response.reasoning_summary_text.delta"),
+        (7, "response.reasoning_summary_text.done"),
+        (8, "response.reasoning_summary_part.done"),
         (9, "response.output_item.done"),
-        (10, "response.completed"),
+        (10, "response.output_item.added"),
+        (11, "response.content_part.added"),
+        (12, "response.output_text.delta"),
+        (13, "response.output_text.delta"),
+        (14, "response.output_text.done"),
+        (15, "response.content_part.done"),
+        (16, "response.output_item.done"),
+        (17, "response.completed"),
     ]
-    reasoning, message = events[4].data["item"], events[8].data["item"]
-    assert events[1].data["item"]["type"] == "reasoning"
-    assert reasoning["id"] == events[1].data["item"]["id"]
+    reasoning, message = events[8].data["item"], events[15].data["item"]
+    assert events[2].data["item"]["type"] == "reasoning"
+    assert reasoning["id"] == events[2].data["item"]["id"]
     assert reasoning["id"].startswith("rs_")
     assert reasoning["summary"] == [{"type": "summary_text", "text": "The sky is blue."}]
-    assert [events[2].data["delta"], events[3].data["delta"]] == ["The sky ", "is blue."]
-    assert {events[2].data["item_id"], events[3].data["item_id"]} == {reasoning["id"]}
-    assert (events[5].data["output_index"], events[8].data["output_index"]) == (1, 1)
+    assert [events[4].data["delta"], events[5].data["delta"]] == ["The sky ", "is blue."]
+    assert {events[4].data["item_id"], events[5].data["item_id"]} == {reasoning["id"]}
+    assert (events[9].data["output_index"], events[15].data["output_index"]) == (1, 1)
     assert message["type"] == "message"
     assert message["content"][0]["text"] == "Blue."
     usage = events[-1].data["usage"]

@@ -179,7 +179,19 @@ def test_reasoning_reported_apart_from_the_text_is_one_reasoning_item_before_the
         *builder.feed("<think>Answer"),
         *builder.finish(),
     ]
-    assert names(events) == [ADDED, REASONING, REASONING, DONE, ADDED, TEXT, DONE]
+    assert names(events) == [
+        ADDED,
+        "response.reasoning_summary_part.added",
+        REASONING,
+        REASONING,
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        DONE,
+        ADDED,
+        PART_ADDED,
+        TEXT,
+        *MESSAGE_DONE,
+    ]
     reasoning, message = builder.items
     assert reasoning == OutputReasoning(id=reasoning.id, summary=[SummaryText(text="plan")])
     assert message == OutputMessage(id=message.id, content=[OutputText(text="<think>Answer")])
