@@ -67,6 +67,7 @@ class EventStream:
         self._task = asyncio.current_task()
         self._arm()
         try:
+            await self._handler.flush()  # the headers now: a stream, even before its first event
             # No frame without data (11.4): ``retry`` travels in the first event's frame.
             head = f"retry: {RETRY_MILLISECONDS}\n".encode()
             async for event in events:

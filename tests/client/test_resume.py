@@ -95,5 +95,5 @@ def test_a_cut_response_stream_is_service_unreachable(live_server: LiveServer) -
         received: list[ResponseEvent] = []
         with pytest.raises(ServiceUnreachable, match="before the final event"):
             received.extend(client.stream_response(ask()))
-    assert [event.event for event in received] == ["response.created", "response.output_item.added"]
+    assert [event.event for event in received] == ["response.created", "response.in_progress"]
     assert len(proxy.requests_to("/responses")) == 1

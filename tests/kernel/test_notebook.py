@@ -120,12 +120,13 @@ def test_sync_answers_with_exactly_the_events_after_after(recorder: Recorder) ->
     click(view.widget, {"type": "sync", "task_id": "task_1", "after": 3})
     (reply,) = [m for _, m in recorder.messages]
     assert reply["type"] == "events" and reply["task_id"] == "task_1"
-    delta = {"response_id": "resp_1", "item_id": "msg_1"}
+    delta = {"response_id": "resp_1", "item_id": "msg_1", "output_index": 0, "content_index": 0}
     message = {
         "type": "message",
         "id": "msg_1",
         "role": "assistant",
-        "content": [{"type": "output_text", "text": "abc"}],
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "abc", "annotations": []}],
     }
     assert reply["events"] == [
         {"id": 4, "event": "response.output_text.delta", "data": {**delta, "delta": "b"}},

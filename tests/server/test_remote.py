@@ -176,9 +176,18 @@ def test_a_streamed_answer_has_the_events_of_a_local_one(client: httpx.Client) -
     events = stream(client, ask())
     assert [event.id for event in events] == list(range(1, len(events) + 1))
     names = [event.event for event in events]
-    assert names[:2] == ["response.created", "response.output_item.added"]
-    assert set(names[2:-2]) == {"response.output_text.delta"}
-    assert names[-2] == "response.output_item.done"
+    assert names[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert set(names[4:-4]) == {"response.output_text.delta"}
+    assert names[-4:-1] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
     assert names[-1] in ("response.completed", "response.incomplete")
     text = "".join(event.data["delta"] for event in events if event.event.endswith(".delta"))
     assert events[-2].data["item"]["content"][0]["text"] == text
