@@ -16,7 +16,7 @@ import re
 import threading
 from collections import OrderedDict
 from functools import lru_cache
-from re import _parser as sre_parse  # type: ignore[attr-defined]  # reads a pattern's structure
+from re import _parser as sre_parse  # type: ignore[attr-defined,unused-ignore]  # reads a pattern's structure
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
