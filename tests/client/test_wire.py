@@ -36,8 +36,9 @@ EVENTS = [
 SSE = {"Content-Type": "text/event-stream; charset=utf-8"}
 
 
-def stream_of(*events: ResponseEvent, head: bytes = b"retry: 0\n\n") -> bytes:
-    return head + b"".join(event.to_sse() for event in events)
+def stream_of(*events: ResponseEvent, head: bytes = b"retry: 0\n") -> bytes:
+    """A stream as the service sends it: ``retry`` in the first event's frame (11.4)."""
+    return head + b"".join(event.to_sse() for event in events) if events else b""
 
 
 class Recorder:
@@ -164,7 +165,7 @@ def test_a_transport_failure_mid_follow_is_resumed() -> None:
 
 
 def test_reconnections_without_progress_are_bounded() -> None:
-    recorder = Recorder(events_reply(stream_of(EVENTS[0])), *[events_reply(b"retry: 0\n\n")] * 2)
+    recorder = Recorder(events_reply(stream_of(EVENTS[0])), *[events_reply(stream_of())] * 2)
     with LmspClient(BASE, "t", transport=recorder.transport()) as client:
         client.reconnect_attempts = 2
         received: list[ResponseEvent] = []
