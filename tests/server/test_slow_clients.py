@@ -64,6 +64,6 @@ async def test_a_follower_that_stops_reading_is_dropped_and_resumes_from_its_las
     ids = [int(line[4:]) for line in stream.split(b"\n") if line.startswith(b"id: ")]
     assert ids and ids[-1] < len(events)
     resumed = await lmsp.get(f"/tasks/{task['id']}/events", headers={"Last-Event-ID": str(ids[-1])})
-    rest, _ = parse_sse(resumed.text.split("\n"))
+    rest, _ = parse_sse(resumed.text.splitlines())
     assert [e.id for e in rest] == list(range(ids[-1] + 1, len(events) + 1))
     assert rest[-1].event == "response.completed"
