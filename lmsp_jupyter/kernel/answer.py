@@ -6,16 +6,13 @@ import contextlib
 import contextvars
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from ..client import LmspClientError, ProblemError
 from ..protocol.events import (
-    FunctionCallArgumentsDelta,
     OutputItemDone,
     OutputTextDelta,
-    ReasoningSummaryTextDelta,
     ResponseCreated,
     ResponseEvent,
     StreamError,
@@ -23,43 +20,22 @@ from ..protocol.events import (
 from ..protocol.items import OutputFunctionCall, OutputItem, OutputMessage
 from ..protocol.responses import Response
 from .connection import TaskClient, problem_of
+from .rounds import RoundClock, call_output, continuation, open_call
 from .state import (
     FINAL_STATUSES,
     AnswerState,
     AnswerStatus,
-    Decision,
     Round,
     ToolCallState,
     kernel_problem,
 )
-from .tools import DECLINED, Tool, ToolPolicy
+from .tools import Tool
+from .view import AnswerView, Unseen
 
 #: Tasks one ask may run: the first and the continuations of its tool loop.
 MAX_ROUNDS = 8
 
 DecisionRequest = Literal["approve", "deny"]
-
-_FIRST_DECISION: dict[ToolPolicy, Decision] = {
-    "ask": "pending",
-    "always": "auto",
-    "never": "denied",
-}
-
-
-class AnswerView(Protocol):
-    """Where an ask shows itself: a notebook display with a widget, or a terminal."""
-
-    def refresh(self) -> None:
-        """The state changed at a moment the contract lists (never per token)."""
-
-    def event(self, task_id: str, event: ResponseEvent) -> None:
-        """A live event of the running round."""
-
-    def redisplay(self) -> None:
-        """Show the answer again (it was the value of a later cell)."""
-
-    def waited(self) -> None:
-        """A cell waited for the answer: the state it waited for should reach that cell."""
 
 
 class Answer:
@@ -95,11 +71,11 @@ class Answer:
         self._settled = threading.Event()  # set while final or waiting for a decision
         self._events: list[ResponseEvent] = []  # of the running round
         self._deltas: list[str] = []
-        self._output_times: list[float] = []  # monotonic: first output delta, last event
+        self._clock = RoundClock()
         self._items: list[OutputItem] = []
         self._awaiting: set[str] = set()  # calls of the last round without an output yet
         self._stopped = False
-        self._view: AnswerView = view(self) if view else _Unseen()
+        self._view: AnswerView = view(self) if view else Unseen()
 
     # --- the handle ---------------------------------------------------------------------------
 
@@ -252,7 +228,7 @@ class Answer:
             self._state.rounds.append(Round(task_id=task_id))
             self._state.status = "queued"
             self._events, self._deltas, self._items = [], [], []
-            self._output_times = []
+            self._clock = RoundClock()
             self._settled.clear()
         self._view.refresh()
         # in the starting cell's context, so the display's updates carry that cell as parent
@@ -297,8 +273,7 @@ class Answer:
         data = event.data
         with self._lock:
             self._events.append(event)
-            if self._output_times or isinstance(data, _OUTPUT_DELTAS):
-                self._output_times[1:] = [time.monotonic()]
+            self._clock.observe(data)
             if isinstance(data, ResponseCreated):
                 self._state.status = "in_progress"
             elif isinstance(data, OutputTextDelta):
@@ -311,7 +286,7 @@ class Answer:
         calls = [item for item in response.output if isinstance(item, OutputFunctionCall)]
         with self._lock:
             self._state.rounds[-1].response = response
-            self._state.rounds[-1].seconds = _decode_seconds(self._output_times, response)
+            self._state.rounds[-1].seconds = self._clock.seconds(response)
             self._state.model = response.model
         if self._stopped:
             self._finish("cancelled")
@@ -332,12 +307,7 @@ class Answer:
         with self._lock:
             self._awaiting = {call.call_id for call in calls}
             for call in calls:
-                tool = self._tools.get(call.name)
-                self._state.tool_calls[call.call_id] = ToolCallState(
-                    name=call.name,
-                    arguments=call.arguments,
-                    decision=_FIRST_DECISION[tool.policy if tool else "never"],
-                )
+                self._state.tool_calls[call.call_id] = open_call(call, self._tools)
             runs = [
                 c.call_id for c in calls if self._state.tool_calls[c.call_id].decision != "pending"
             ]
@@ -352,13 +322,7 @@ class Answer:
     def _run_call(self, call_id: str) -> None:
         with self._lock:
             call = self._state.tool_calls[call_id]
-        tool = self._tools.get(call.name)
-        if tool is None:
-            output = f"error: there is no tool named {call.name!r}"
-        elif call.decision == "denied":
-            output = DECLINED
-        else:
-            output = tool.run(call.arguments)
+        output = call_output(call, self._tools)
         with self._lock:
             call.output = output
             self._awaiting.discard(call_id)
@@ -385,16 +349,7 @@ class Answer:
         """The next round: the outputs of the last round's calls after its response."""
         last = self._state.rounds[-1].response
         assert last is not None  # a round is continued only once it has ended
-        outputs = [
-            {"type": "function_call_output", "call_id": item.call_id, "output": call.output}
-            for item in last.output
-            if isinstance(item, OutputFunctionCall)
-            for call in [self._state.tool_calls[item.call_id]]
-        ]
-        request = {**self._request, "input": outputs, "previous_response_id": last.id}
-        if "tool_choice" in request:
-            request["tool_choice"] = "auto"  # a forced choice holds for the first round only
-        return request
+        return continuation(self._request, last, self._state.tool_calls)
 
     def _finish(self, status: AnswerStatus, error: dict[str, Any] | None = None) -> None:
         with self._lock:
@@ -404,35 +359,3 @@ class Answer:
             self._view.refresh()
         finally:
             self._settled.set()  # after the refresh: who waited sees the final display
-
-
-#: Events that carry generated tokens.
-_OUTPUT_DELTAS = (OutputTextDelta, ReasoningSummaryTextDelta, FunctionCallArgumentsDelta)
-#: Faster than this, events were replayed from the store rather than watched as generated.
-_LIVE_TOKENS_PER_SECOND = 1000.0
-
-
-def _decode_seconds(times: list[float], response: Response) -> float | None:
-    """Seconds from the first output delta to the end, if the round was watched live."""
-    if len(times) < 2 or response.usage is None:
-        return None
-    seconds = times[1] - times[0]
-    if seconds <= 0 or response.usage.output_tokens / seconds > _LIVE_TOKENS_PER_SECOND:
-        return None
-    return round(seconds, 3)
-
-
-class _Unseen:
-    """The view of an answer nobody displays."""
-
-    def refresh(self) -> None:
-        pass
-
-    def event(self, task_id: str, event: ResponseEvent) -> None:
-        pass
-
-    def redisplay(self) -> None:
-        pass
-
-    def waited(self) -> None:
-        pass

@@ -14,13 +14,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from ..client import LmspClientError
 from ..protocol.models import Model
 from ..protocol.tasks import Task
-from .answer import Answer, AnswerView
+from .answer import Answer
 from .connection import TaskClient, current_client
 from .notebook import NotebookView
 from .options import AskOptions
 from .origin import ask_origin
 from .request import ask_request
 from .terminal import TerminalView, run_in_terminal
+from .view import AnswerView
 
 T = TypeVar("T")
 
