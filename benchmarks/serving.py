@@ -309,7 +309,8 @@ def benchmark(args: argparse.Namespace, log_path: Path, scratch: Path) -> None:
     # About 30 tokens per paragraph.
     history = "Summarize this log.\n" + PARAGRAPH * max(1, args.history // 30)
     results: dict[str, dict[str, Any]] = {}
-    with running_server(log_path) as server:
+    extra = [f"--LmspApp.parallel={args.parallel}"] if args.parallel else []
+    with running_server(log_path, extra=extra) as server:
         results["service"] = measure(Service(server), args, history)
     if args.llama_server is not None:
         with llama_server(args.llama_server, model, settings, scratch / "llama-server.log") as url:
@@ -332,6 +333,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="concurrent stream counts, comma-separated (the first is the baseline)",
     )
     parser.add_argument("--history", type=int, default=1900, help="tokens of the first turn")
+    parser.add_argument("--parallel", type=int, help="the service's LmspApp.parallel")
     parser.add_argument("--llama-server", type=Path, help="a llama-server binary to compare")
     parser.add_argument("--server-log", type=Path, help="keep the service's output here")
     return parser.parse_args(argv)

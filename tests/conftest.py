@@ -25,6 +25,8 @@ MODEL = BUNDLED_MODEL_ID
 #: Configured tokens of the live server: one that may only list models, one with every scope.
 READER_TOKEN = "reader-secret-token"
 EDITOR_TOKEN = "editor-secret-token"
+#: Requests the live server's model generates at once.
+LIVE_PARALLEL = 2
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -132,7 +134,8 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
     ]
-    server = start_server(tmp_path_factory.mktemp("live"), config={"LmspApp": {"tokens": tokens}})
+    config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL}}
+    server = start_server(tmp_path_factory.mktemp("live"), config=config)
     yield server
     stop_server(server)
 

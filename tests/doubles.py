@@ -28,10 +28,14 @@ class ScriptedEngine:
     delay: float = 0.0
     fail_after: int | None = None
     context_size: int = 4096
+    slots: int = 1
     prompts: list[Sequence[ChatMessage]] = field(default_factory=list)
 
     def context_length(self, entry: ModelEntry) -> int:
         return self.context_size
+
+    def parallel(self, entry: ModelEntry) -> int:
+        return self.slots
 
     def is_loaded(self, model_id: str) -> bool:
         return False

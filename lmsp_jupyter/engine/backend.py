@@ -37,6 +37,10 @@ class GenerationBackend(Protocol):
         """The context window, in tokens, that requests for ``entry`` must fit in."""
         ...
 
+    def parallel(self, entry: ModelEntry) -> int:
+        """How many requests for ``entry`` generate at once; the service queues the rest."""
+        ...
+
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry`` writes reasoning between ``<think>`` tags."""
         ...

@@ -1,31 +1,23 @@
-"""The only code that touches llama_cpp: one loaded model, used from one thread only."""
+"""The only code that touches llama_cpp: tokenizers, and models loaded for batched generation."""
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import numpy as np
+import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from .generation import (
-    CancelToken,
-    EngineError,
-    GenerationDone,
-    GenerationEvent,
-    Prompt,
-    SamplingParams,
-    StopReason,
-    TextDelta,
-)
+from .generation import EngineError, SamplingParams
 from .guidance import SchemaCompiler, SchemaMatcher
 
 # llama.cpp logs through this logger; below ERROR it floods the server's stderr.
@@ -37,6 +29,17 @@ _TOP_K = 40
 _TOP_P = 0.95
 _MIN_P = 0.05
 
+#: Most tokens one forward pass holds. llama.cpp's CPU kernels change their arithmetic with
+#: the number of tokens in a pass: matrix products are tiled from 8 tokens on, attention is
+#: tiled from 64, and a pass of one token of one sequence splits attention over the KV cache in
+#: chunks that depend on how full it is. Each sequence has its own KV stream (its cells in
+#: position order, which attention visits in turn), and every pass holds 2 to 7 tokens: then a
+#: token's logits depend neither on the other sequences nor on how its prompt was chunked.
+#: The batching worker composes the passes (``engine/batching.py``).
+PASS_TOKENS = 7
+
+#: Bytes of one K or V element in the cache (llama.cpp's default f16).
+_KV_ELEMENT_BYTES = 2
 
 _DEFAULT_MODEL_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
 _PARAMS_LOCK = threading.Lock()
@@ -116,95 +119,195 @@ class LlamaTokenizer:
             self._model = None
 
 
-class LlamaRunner:
-    """A model loaded for generation. Every call must come from the model's worker thread."""
+@dataclass(frozen=True)
+class BatchToken:
+    """One token of a batch: its id, its position, its sequence, and whether logits are kept."""
 
-    def __init__(self, path: Path, *, context_size: int, threads: int, batch_size: int) -> None:
-        try:
-            with no_weight_repacking():
-                self._llm = llama_cpp.Llama(
-                    model_path=str(path),
-                    n_ctx=context_size,
-                    n_batch=min(batch_size, context_size),
-                    n_threads=threads,
-                    n_threads_batch=threads,
-                    n_gpu_layers=0,
-                    verbose=False,
-                )
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise EngineError(f"{path.name} could not be loaded") from exc
-        self._vocab = self._llm._model.vocab
-        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        # llama.cpp rounds its context up (to a multiple of 256); the window callers were
-        # promised is the one asked for, so that is the one generation keeps to.
-        self.context_size = context_size
+    token: int
+    position: int
+    sequence: int
+    logits: bool
+
+
+class LlamaModel:
+    """A model's weights and one llama.cpp context of ``sequences`` sequences, each with its
+    own KV cache of ``cells`` cells (llama.cpp's non-unified cache: one stream per sequence).
+
+    Sequences are numbered from 0. Every call must come from one thread (the model's worker);
+    ``close`` frees it all.
+    """
+
+    def __init__(self, path: Path, *, cells: int, sequences: int, threads: int) -> None:
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = 0
+        # Repacked weights (the CPU "extra buffer types") process rows in groups, which ties
+        # a token's result to its neighbours in the batch, and crash decoding on CPUs with AMX.
+        model_params.use_extra_bufts = False
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self._model:
+            raise EngineError(f"{path.name} could not be loaded")
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = cells * sequences
+        # Passes hold at most PASS_TOKENS tokens; llama.cpp sizes its buffers for a pass of
+        # one token of every sequence, so the limits it is told are at least that.
+        params.n_batch = params.n_ubatch = max(PASS_TOKENS, sequences)
+        params.n_seq_max = sequences
+        params.n_threads = params.n_threads_batch = threads
+        params.kv_unified = False
+        # Sliding-window layers keep every position too: a window-sized cache is a ring whose
+        # cell order depends on how the prompt was chunked, and a trimmed prefix stays usable.
+        params.swa_full = True
+        params.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise EngineError(f"{path.name} could not be given {sequences} contexts of {cells}")
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._batch = llama_cpp.llama_batch_init(PASS_TOKENS, 0, 1)
+        self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
+        self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
+        #: The sliding-window attention span, 0 for models without one.
+        self.sliding_window: int = llama_cpp.llama_model_n_swa(self._model)
+        self.memory_bytes = (
+            llama_cpp.llama_model_size(self._model)
+            + llama_cpp.llama_n_ctx(self._ctx) * self._kv_bytes()
+        )
+        self._pieces: dict[int, bytes] = {}
+
+    def _kv_bytes(self) -> int:
+        """Bytes of KV cache one cell takes in all layers (sliding-window ones may hold fewer)."""
+        arch = self._meta("general.architecture")
+        heads = llama_cpp.llama_model_n_head(self._model) or 1
+        default = llama_cpp.llama_model_n_embd(self._model) // heads
+        key = int(self._meta(f"{arch}.attention.key_length") or default)
+        value = int(self._meta(f"{arch}.attention.value_length") or default)
+        kv_heads = llama_cpp.llama_model_n_head_kv(self._model)
+        layers = llama_cpp.llama_model_n_layer(self._model)
+        return int(layers * kv_heads * (key + value) * _KV_ELEMENT_BYTES)
+
+    def _meta(self, key: str) -> str:
+        buffer = ctypes.create_string_buffer(128)
+        size = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode() if size >= 0 else ""
+
+    def decode(self, tokens: Sequence[BatchToken]) -> None:
+        """Evaluate one pass: at most ``PASS_TOKENS`` tokens, as many of each sequence in it.
+
+        The logits of a token that asked for them are then at its index in ``tokens``.
+        """
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for i, item in enumerate(tokens):
+            batch.token[i] = item.token
+            batch.pos[i] = item.position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = item.sequence
+            batch.logits[i] = item.logits
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise EngineError(f"llama.cpp failed to evaluate a batch (status {status})")
+
+    def logits(self, row: int) -> npt.NDArray[np.float32]:
+        """The logits of the ``row``-th token that asked for them in the last batch.
+
+        A view of llama.cpp's own buffer: writing to it changes what samplers see.
+        """
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, row)
+        return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
+
+    def forget(self, sequence: int, start: int = 0) -> None:
+        """Drop the cache of ``sequence`` from position ``start`` on."""
+        llama_cpp.llama_memory_seq_rm(self._memory, sequence, start, -1)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes ``token`` stands for; control tokens stand for none."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            buffer = ctypes.create_string_buffer(64)
+            size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
+            if size < 0:
+                buffer = ctypes.create_string_buffer(-size)
+                size = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, -size, 0, False)
+            piece = self._pieces[token] = buffer.raw[:size]
+        return piece
+
+    def ends(self, token: int) -> bool:
+        """Whether ``token`` ends generation (end of turn or of text)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def sampler(self, params: SamplingParams, matcher: SchemaMatcher | None = None) -> TokenSampler:
+        """A sampler for one sequence with ``params``, keeping to ``matcher``'s schema."""
+        return TokenSampler(self, params, matcher)
 
     def close(self) -> None:
-        """Free the model and its context (their memory goes back to the system)."""
-        self._llm.close()
+        """Free the context and the weights."""
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            llama_cpp.llama_model_free(self._model)
+            self._ctx = self._model = None
 
-    def generate(
-        self,
-        prompt: Prompt,
-        params: SamplingParams,
-        cancel: CancelToken,
-        emit: Callable[[GenerationEvent], None],
-        matcher: SchemaMatcher | None = None,
+
+class TokenSampler:
+    """Picks one sequence's tokens: a llama.cpp sampler chain, and its schema checked lazily.
+
+    The token is drawn from the unconstrained logits; only when the schema's matcher refuses
+    it are the logits masked and the token drawn again, so the schema costs a full-vocabulary
+    pass only on the steps where the model strays (at temperature 0 the result is the same).
+    Tokens the schema forces are taken without sampling.
+    """
+
+    def __init__(
+        self, model: LlamaModel, params: SamplingParams, matcher: SchemaMatcher | None = None
     ) -> None:
-        """Generate from ``prompt``, calling ``emit`` per text delta and once at the end.
-
-        With a ``matcher`` every token keeps to its schema, checked lazily: a sampled token
-        it allows is kept, otherwise the logits are masked and the token sampled again (the
-        same token as masking first, at temperature 0). Tokens the schema forces are appended
-        without sampling, and generation ends once the JSON is whole.
-        """
-        limit = min(params.max_tokens, self.context_size - len(prompt.tokens))
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        count = 0
-        reason: StopReason = "stop"
-        # A full re-evaluation keeps temperature 0 deterministic: reusing a cached prefix
-        # changes llama.cpp's batch shapes and with them the last bits of the logits.
-        self._llm.reset()  # type: ignore[no-untyped-call]
-        temperature = DEFAULT_TEMPERATURE if params.temperature is None else params.temperature
-        sampler = self._llm._init_sampler(
-            top_k=_TOP_K, top_p=_TOP_P, min_p=_MIN_P, temp=temperature
+        self._model = model
+        self._matcher = matcher
+        self._chain = llama_cpp.llama_sampler_chain_init(
+            llama_cpp.llama_sampler_chain_default_params()
         )
-        pending = list(prompt.tokens)
-        while True:
-            if cancel.cancelled:
-                reason = "cancelled"
-                break
-            self._llm.eval(pending)
-            pending = (matcher.forced() if matcher else []) or [self._sample(sampler, matcher)]
-            if llama_cpp.llama_vocab_is_eog(self._vocab, pending[0]):
-                break
-            for token in pending[: limit - count]:
-                if matcher is not None:
-                    matcher.accept(token)
-                count += 1
-                text = decoder.decode(self._llm.detokenize([token]))
-                if text:
-                    emit(TextDelta(text))
-            if cancel.cancelled:
-                reason = "cancelled"
-                break
-            if count >= limit:
-                reason = "max_tokens" if count >= params.max_tokens else "context_length"
-                break
-            if matcher is not None and matcher.finished():
-                break
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            emit(TextDelta(tail))
-        emit(GenerationDone(reason=reason, prompt_tokens=len(prompt.tokens), output_tokens=count))
+        temperature = DEFAULT_TEMPERATURE if params.temperature is None else params.temperature
+        add = llama_cpp.llama_sampler_chain_add
+        if temperature <= 0:
+            add(self._chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            top_k = _TOP_K if params.top_k is None else params.top_k
+            top_p = _TOP_P if params.top_p is None else params.top_p
+            min_p = _MIN_P if params.min_p is None else params.min_p
+            seed = llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed
+            add(self._chain, llama_cpp.llama_sampler_init_top_k(top_k))
+            add(self._chain, llama_cpp.llama_sampler_init_top_p(top_p, 1))
+            add(self._chain, llama_cpp.llama_sampler_init_min_p(min_p, 1))
+            add(self._chain, llama_cpp.llama_sampler_init_temp(temperature))
+            add(self._chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
 
-    def _sample(self, sampler: Any, matcher: SchemaMatcher | None) -> int:
-        """The next token: sampled, and if the matcher refuses it, sampled again from the
-        logits masked in place (llama.cpp's own buffer, which the sampler reads)."""
-        context = self._llm._ctx
-        token: int = sampler.sample(context, -1)
+    def next(self, row: int) -> list[int]:
+        """The next tokens: those the schema forces, or one sampled from the logits of
+        ``row`` in the last batch (each already accepted by the schema's matcher)."""
+        matcher = self._matcher
+        forced = matcher.forced() if matcher is not None else []
+        if forced:
+            return forced
+        ctx = self._model._ctx
+        token: int = llama_cpp.llama_sampler_sample(self._chain, ctx, row)
         if matcher is not None and not matcher.allows(token):
-            pointer = context.get_logits_ith(-1)
-            matcher.mask_logits(np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)))
-            token = sampler.sample(context, -1)
-        return token
+            matcher.mask_logits(self._model.logits(row))
+            token = llama_cpp.llama_sampler_sample(self._chain, ctx, row)
+        return [token]
+
+    def accept(self, token: int) -> None:
+        """Advance the schema past ``token``, which the sequence keeps."""
+        if self._matcher is not None:
+            self._matcher.accept(token)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the schema's JSON is whole, so nothing more may follow."""
+        return self._matcher is not None and self._matcher.finished()
+
+    def close(self) -> None:
+        """Free the sampler chain."""
+        if self._chain:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None

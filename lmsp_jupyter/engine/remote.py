@@ -90,6 +90,8 @@ class RemoteServer(BaseModel):
     structured_output: StructuredOutput = "auto"
     #: Retries of a request the server has not started answering (refused, 502–504).
     retries: int = Field(default=2, ge=0, le=len(RETRY_DELAYS))
+    #: Requests sent to the server at once, per model; more wait in this service's line.
+    parallel: int = Field(default=8, gt=0)
 
     @classmethod
     def parse(cls, config: dict[str, Any]) -> RemoteServer:
@@ -240,6 +242,10 @@ class RemoteEngine:
         """The window the server reported (or was configured) for ``entry``."""
         model = self._models.get(entry.id)
         return model.context_length if model is not None else entry.context_length
+
+    def parallel(self, entry: ModelEntry) -> int:
+        """Requests sent at once for ``entry`` (the server batches them itself)."""
+        return self.server.parallel
 
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether the configuration says its models reason between ``<think>`` tags."""

@@ -69,6 +69,10 @@ class EngineRouter:
         """The context window of ``entry`` on its engine."""
         return self._engine(entry).context_length(entry)
 
+    def parallel(self, entry: ModelEntry) -> int:
+        """How many requests for ``entry`` its engine takes at once."""
+        return self._engine(entry).parallel(entry)
+
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry`` reasons between ``<think>`` tags."""
         return self._engine(entry).thinks(entry)

@@ -1,4 +1,9 @@
-"""The engine's front: one worker thread per loaded model, async generation for the service."""
+"""The engine's front: per loaded model, one worker thread running a continuous-batching loop.
+
+Each step the worker builds one batch from every running sequence (its next token, or a chunk
+of its prompt), decodes it once, samples each sequence and hands text to asyncio. Sequences
+join at the next step and leave as soon as they end or are cancelled.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .batching import GenerationRequest, ModelWorker, WorkerSettings
 from .catalog import ModelEntry
 from .generation import (
     CancelToken,
@@ -24,37 +30,35 @@ from .generation import (
     ToolSpec,
 )
 from .guidance import SchemaMatcher
-from .llama import LlamaRunner, LlamaTokenizer
+from .llama import LlamaTokenizer
 from .memory import footprint
 from .templates import THINK_OPEN, ChatTemplate, fallback_template
 
 log = logging.getLogger(__name__)
 
+#: Sequences per model decoding together, by default. Measured on a 2-core machine with the
+#: bundled model (benchmarks/serving.py): the aggregate rate grows up to 8 streams.
+DEFAULT_PARALLEL = 8
+
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How models are loaded."""
+    """How models are loaded and run."""
 
     context_size: int = 8192
     threads: int = os.cpu_count() or 1
     batch_size: int = 512
+    #: Sequences of one model decoding at once; more requests wait.
+    parallel: int = DEFAULT_PARALLEL
 
 
-class _ModelWorker:
-    """Everything of one model. The runner is touched only from ``generator``'s one thread,
-    the tokenizer only from ``tokenizer``'s, so no llama.cpp object sees two threads."""
+class _Tokenizing:
+    """A model's chat template, tokenizer and schema compiler, used from one thread."""
 
-    def __init__(self, entry: ModelEntry, settings: EngineSettings) -> None:
+    def __init__(self, entry: ModelEntry) -> None:
         self.entry = entry
-        self.settings = settings
-        self.generator = ThreadPoolExecutor(1, thread_name_prefix=f"lmsp-gen-{entry.id}")
-        self.tokenizer = ThreadPoolExecutor(1, thread_name_prefix=f"lmsp-tok-{entry.id}")
-        self._runner: LlamaRunner | None = None
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"lmsp-tok-{entry.id}")
         self._template: tuple[ChatTemplate, LlamaTokenizer] | None = None
-
-    @property
-    def loaded(self) -> bool:
-        return self._runner is not None
 
     def render(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], schema: Any
@@ -81,27 +85,8 @@ class _ModelWorker:
             self._template = (template, tokenizer)
         return self._template
 
-    def runner(self) -> LlamaRunner:
-        """The loaded model, loading it on first use; runs on the generator thread."""
-        if self._runner is None:
-            log.info("loading model %s", self.entry.id)
-            self._runner = LlamaRunner(
-                self.entry.path(),
-                context_size=context_length(self.entry, self.settings),
-                threads=self.settings.threads,
-                batch_size=self.settings.batch_size,
-            )
-        return self._runner
-
-    def unload(self) -> None:
-        """Free the weights and the context; runs on the generator thread."""
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
-
-    def shutdown(self) -> None:
-        self.generator.shutdown(wait=False, cancel_futures=True)
-        self.tokenizer.shutdown(wait=False, cancel_futures=True)
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 def template_source(entry: ModelEntry) -> str:
@@ -121,19 +106,37 @@ class Engine:
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
-        self._workers: dict[str, _ModelWorker] = {}
+        self._workers: dict[str, ModelWorker] = {}
+        self._tokenizers: dict[str, _Tokenizing] = {}
         self._lock = threading.Lock()
 
-    def _worker(self, entry: ModelEntry) -> _ModelWorker:
+    def _worker(self, entry: ModelEntry) -> ModelWorker:
         with self._lock:
             worker = self._workers.get(entry.id)
             if worker is None:
-                worker = self._workers[entry.id] = _ModelWorker(entry, self.settings)
+                settings = WorkerSettings(
+                    context_size=context_length(entry, self.settings),
+                    parallel=self.settings.parallel,
+                    threads=self.settings.threads,
+                    batch_size=self.settings.batch_size,
+                )
+                worker = self._workers[entry.id] = ModelWorker(entry, settings)
             return worker
+
+    def _tokenizing(self, entry: ModelEntry) -> _Tokenizing:
+        with self._lock:
+            tokenizing = self._tokenizers.get(entry.id)
+            if tokenizing is None:
+                tokenizing = self._tokenizers[entry.id] = _Tokenizing(entry)
+            return tokenizing
 
     def context_length(self, entry: ModelEntry) -> int:
         """The context window, in tokens, that requests for ``entry`` must fit in."""
         return context_length(entry, self.settings)
+
+    def parallel(self, entry: ModelEntry) -> int:
+        """How many sequences of ``entry`` generate at once."""
+        return self.settings.parallel
 
     def is_loaded(self, model_id: str) -> bool:
         """Whether the model's weights are in memory."""
@@ -141,29 +144,32 @@ class Engine:
         return worker is not None and worker.loaded
 
     def footprint(self, entry: ModelEntry) -> int:
-        """Bytes ``entry`` takes once loaded: its weights and its one sequence's KV cache."""
+        """Bytes ``entry`` takes once loaded: its weights and a KV cache of ``context_size``
+        tokens for each of its ``parallel`` sequences and the padding one."""
         return footprint(
-            entry.weights_bytes, entry.kv_bytes_per_token, self.context_length(entry), 1
+            entry.weights_bytes,
+            entry.kv_bytes_per_token,
+            self.context_length(entry),
+            self.settings.parallel + 1,
         )
 
     async def load(self, entry: ModelEntry) -> None:
         """Load ``entry``'s weights on its worker thread (nothing happens if they are loaded)."""
         worker = self._worker(entry)
-        await asyncio.get_running_loop().run_in_executor(worker.generator, worker.runner)
+        await asyncio.get_running_loop().run_in_executor(None, worker.load)
 
     async def unload(self, model_id: str) -> None:
-        """Free the model's weights and context on its worker thread, after its queued jobs."""
-        worker = self._workers.get(model_id)
+        """Stop the model's worker and free its weights and cache; called while it is idle."""
+        with self._lock:
+            worker = self._workers.pop(model_id, None)
         if worker is None:
             return
         try:
-            unloaded = asyncio.get_running_loop().run_in_executor(worker.generator, worker.unload)
+            await asyncio.get_running_loop().run_in_executor(None, worker.close)
         except RuntimeError:
             # Executors take no new work once the interpreter exits (an in-process server is
-            # stopped at exit); their threads are joined by then, so nothing else holds the model.
-            worker.unload()
-            return
-        await unloaded
+            # stopped at exit); nothing else holds the model by then.
+            worker.close()
 
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry``'s template has reasoning between ``<think>`` tags."""
@@ -178,25 +184,27 @@ class Engine:
     ) -> Prompt:
         """The model's prompt for ``messages`` (and ``tools``) through its chat template,
         tokenized; a ``schema`` llguidance cannot compile for the model raises ``GrammarError``."""
-        worker = self._worker(entry)
+        tokenizing = self._tokenizing(entry)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(worker.tokenizer, worker.render, messages, tools, schema)
+        return await loop.run_in_executor(
+            tokenizing.executor, tokenizing.render, messages, tools, schema
+        )
 
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
     ) -> AsyncIterator[GenerationEvent]:
-        """Generate on the model's worker; jobs for one model run one at a time in arrival order.
+        """Generate with the model's other sequences; beyond ``parallel`` they wait their turn.
 
         The last event is a ``GenerationDone``. A consumer that stops iterating early cancels
-        the generation, which then ends after at most one more token.
+        the generation, which then ends at the worker's next step.
         """
-        worker = self._worker(entry)
         loop = asyncio.get_running_loop()
         matcher: SchemaMatcher | None = None
         if params.schema is not None:
+            tokenizing = self._tokenizing(entry)
             try:
                 matcher = await loop.run_in_executor(
-                    worker.tokenizer, worker.matcher, params.schema
+                    tokenizing.executor, tokenizing.matcher, params.schema
                 )
             except GrammarError as exc:
                 raise EngineError(str(exc)) from None
@@ -206,14 +214,7 @@ class Engine:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        def job() -> None:
-            try:
-                worker.runner().generate(prompt, params, cancel, emit, matcher)
-            except Exception as exc:  # every failure reaches the consumer, none kills the worker
-                log.exception("generation with %s failed", entry.id)
-                emit(exc)
-
-        worker.generator.submit(job)
+        self._worker(entry).submit(GenerationRequest(prompt, params, cancel, emit, matcher))
         finished = False
         try:
             while not finished:
@@ -230,8 +231,11 @@ class Engine:
                 cancel.cancel()
 
     def close(self) -> None:
-        """Stop every worker; running generations are cancelled at their next token."""
+        """Stop every worker and free its model; running generations are cancelled."""
         with self._lock:
             for worker in self._workers.values():
-                worker.shutdown()
+                worker.close()
+            for tokenizing in self._tokenizers.values():
+                tokenizing.close()
             self._workers.clear()
+            self._tokenizers.clear()

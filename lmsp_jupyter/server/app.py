@@ -25,7 +25,7 @@ from ..engine.catalog import (
 from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import EngineRouter
-from ..engine.scheduler import Engine, EngineSettings
+from ..engine.scheduler import DEFAULT_PARALLEL, Engine, EngineSettings
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
@@ -122,7 +122,18 @@ class LmspApp(ExtensionApp):
         "Default: every core (llama-cpp-python's own default, half of them, is slower).",
     ).tag(config=True)
 
-    batch_size = Int(512, help="Prompt tokens evaluated per llama.cpp batch.").tag(config=True)
+    batch_size = Int(
+        512,
+        help="Most tokens one step of a model evaluates: the running requests' next tokens "
+        "and chunks of new prompts (while requests stream, prompts take at most 32 a step).",
+    ).tag(config=True)
+
+    parallel = Int(
+        DEFAULT_PARALLEL,
+        help="Requests one model generates at once, direct requests and tasks alike, in one "
+        "batch per step; more wait in line. Each has a KV cache of context_size tokens (and "
+        "one more for padding), which a finished request leaves for the next with its prefix.",
+    ).tag(config=True)
 
     max_body_bytes = Int(
         8 * 1024 * 1024, help="Largest request body accepted; larger → 413 payload_too_large."
@@ -144,7 +155,9 @@ class LmspApp(ExtensionApp):
     ).tag(config=True)
 
     max_queued_tasks = Int(
-        64, help="Tasks waiting for a model, all models together; more → 503 overloaded."
+        64,
+        help="Requests (tasks and direct ones) waiting for a model, all models together; "
+        "more → 503 overloaded.",
     ).tag(config=True)
 
     event_retention_seconds = Int(
@@ -213,7 +226,10 @@ class LmspApp(ExtensionApp):
         )
         local = Engine(
             EngineSettings(
-                context_size=self.context_size, threads=self.threads, batch_size=self.batch_size
+                context_size=self.context_size,
+                threads=self.threads,
+                batch_size=self.batch_size,
+                parallel=self.parallel,
             )
         )
         remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
@@ -223,11 +239,12 @@ class LmspApp(ExtensionApp):
         self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
         store = Store(Path(self.store_path).expanduser())
         models = ModelDirectory(self.engine, self.engine, self.model_manager, conversations=True)
-        responses = ResponseService(models, self.engine, ResponseRecords(store))
+        responses = ResponseService(
+            models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
+        )
         self.task_service = TaskService(
             responses,
             TaskRecords(store),
-            max_queued=self.max_queued_tasks,
             event_retention_seconds=self.event_retention_seconds,
             task_retention_seconds=self.task_retention_seconds,
         )

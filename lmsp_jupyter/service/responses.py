@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,7 @@ from .conversation import chat_messages
 from .decoding import DecodingPlan, plan
 from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
+from .queue import ModelQueue, Ticket
 from .store import ResponseRecords
 from .toolcalls import valid
 
@@ -99,6 +100,8 @@ class ResponseRun:
     usage: Usage | None = None
     incomplete_details: IncompleteDetails | None = None
     error: LmspError | None = None
+    #: Its place in the model's line, once it has joined it.
+    ticket: Ticket | None = None
 
     def response(self) -> Response:
         """The response object as it stands, with the settings of its request (11.4)."""
@@ -128,17 +131,20 @@ class ResponseRun:
 
 
 class ResponseService:
-    """Validates requests against models and runs them on the engine."""
+    """Validates requests against models and runs them on the engine, in each model's line."""
 
     def __init__(
         self,
         models: ModelDirectory,
         engine: GenerationBackend,
         records: ResponseRecords | None = None,
+        *,
+        max_queued: int = 64,
     ) -> None:
         self.models = models
         self.engine = engine
         self.records = records
+        self.queue = ModelQueue(max_queued)
 
     async def start(self, request: ResponseRequest, owner: str = OWNER) -> ResponseRun:
         """Check the request against its model and render its prompt, before any generation."""
@@ -158,6 +164,7 @@ class ResponseService:
         await self._check_window(request, entry, prompt)
         keep_alive = _keep_alive(request)
         self.models.manager.check(entry)
+        self.queue.check()
         return ResponseRun(
             request=request,
             entry=entry,
@@ -274,18 +281,27 @@ class ResponseService:
                 )
 
     async def events(
-        self, run: ResponseRun, cancel: CancelToken
+        self,
+        run: ResponseRun,
+        cancel: CancelToken,
+        started: Callable[[], None] | None = None,
     ) -> AsyncGenerator[ResponseEvent, None]:
-        """Generate ``run``, yielding its events numbered from 1; exactly one is final.
+        """Generate ``run`` once it holds one of its model's slots (``started`` is called
+        then), yielding its events numbered from 1; exactly one is final.
 
-        With ``store: true`` the response is kept before its final event goes out; if it
-        cannot be kept, the final event is ``response.failed`` instead. The model is loaded,
-        if it must be, before the first event; one that cannot be fails the response.
+        While it waits in line its model counts as in use. With ``store: true`` the response
+        is kept before its final event goes out; if it cannot be kept, the final event is
+        ``response.failed`` instead. The model is loaded, if it must be, before the first
+        event; one that cannot be fails the response.
         """
+        ticket = self.join(run)
         loaded = False
         try:
             async with self.models.manager.use(run.entry, run.keep_alive):
                 loaded = True
+                await ticket.wait()
+                if started is not None:
+                    started()
                 async for event in self._generate(run, cancel):
                     yield self._kept(run, event) if event.is_final else event
         except (LmspError, EngineError) as exc:
@@ -301,6 +317,14 @@ class ResponseService:
                 response_id=run.id, error=run.error.to_problem(), response=run.response()
             )
             yield self._kept(run, ResponseEvent(id=2, data=failed))
+        finally:
+            ticket.leave()
+
+    def join(self, run: ResponseRun) -> Ticket:
+        """Put ``run`` in its model's line (once): a slot now, or a place in line."""
+        if run.ticket is None:
+            run.ticket = self.queue.join(run.entry.id, self.engine.parallel(run.entry))
+        return run.ticket
 
     def _kept(self, run: ResponseRun, final: ResponseEvent) -> ResponseEvent:
         """Keep ``run`` (``store: true``) before its ``final`` event; failing that, the final

@@ -1,4 +1,4 @@
-"""Tasks: responses run in the background, per model in arrival order, their events kept.
+"""Tasks: responses run in the background, in their model's line, their events kept.
 
 Every event is stored before it is published; followers of a running task read a shared
 in-memory list of its events (replay and live in one sequence, no gap, no duplicate), and
@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import sqlite3
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -36,8 +35,9 @@ from ..protocol.requests import (
 )
 from ..protocol.responses import Response
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
+from .queue import Ticket
 from .responses import ResponseRun, ResponseService
-from .store import RETRY_AFTER_SECONDS, FinalState, StoredEvent, TaskRecords, now
+from .store import FinalState, StoredEvent, TaskRecords, now
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +115,15 @@ class _Channel:
 
 @dataclass
 class _Queued:
+    """A task that is waiting in its model's line or running."""
+
     task_id: str
     run: ResponseRun
+    ticket: Ticket
     cancel: CancelToken = field(default_factory=CancelToken)
     #: The id of the newest event stored.
     last_id: int = 0
+    worker: asyncio.Task[None] | None = None
 
 
 class TaskService:
@@ -130,18 +134,14 @@ class TaskService:
         responses: ResponseService,
         records: TaskRecords,
         *,
-        max_queued: int = 64,
         event_retention_seconds: int = 3600,
         task_retention_seconds: int = 86400,
     ) -> None:
         self.responses = responses
         self.records = records
-        self.max_queued = max_queued
         self.event_retention_seconds = event_retention_seconds
         self.task_retention_seconds = task_retention_seconds
-        self._queues: dict[str, deque[_Queued]] = {}
-        self._running: dict[str, _Queued] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._live: dict[str, _Queued] = {}
         self._channels: dict[str, _Channel] = {}
         self._closing = False
 
@@ -180,13 +180,7 @@ class TaskService:
         stores the task.
         """
         run = await self.responses.start(request, owner)
-        if sum(len(q) for q in self._queues.values()) >= self.max_queued:
-            raise LmspError(
-                "overloaded",
-                f"{self.max_queued} tasks are already queued",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
-        queued = _Queued(task_id=new_id("task"), run=run)
+        queued = _Queued(task_id=new_id("task"), run=run, ticket=self.responses.join(run))
         metadata = request.metadata or {}
         created = Task(
             id=queued.task_id,
@@ -195,39 +189,39 @@ class TaskService:
             response_id=run.id,
             metadata=metadata,
         )
-        self.records.insert(
-            task_id=queued.task_id,
-            owner=owner,
-            model=run.entry.id,
-            response_id=run.id,
-            request=request.model_dump_json(by_alias=True, exclude_none=True),
-            metadata=metadata,
-            at=run.created_at,
-            then=None if then is None else lambda db: then(db, created, _queued(run.response())),
-        )
+        try:
+            self.records.insert(
+                task_id=queued.task_id,
+                owner=owner,
+                model=run.entry.id,
+                response_id=run.id,
+                request=request.model_dump_json(by_alias=True, exclude_none=True),
+                metadata=metadata,
+                at=run.created_at,
+                then=None
+                if then is None
+                else lambda db: then(db, created, _queued(run.response())),
+            )
+        except BaseException:  # not stored: it gives its place in the line back
+            queued.ticket.leave()
+            raise
         self._channels[queued.task_id] = _Channel()
-        self._queues.setdefault(run.entry.id, deque()).append(queued)
-        if run.entry.id not in self._workers:
-            self._workers[run.entry.id] = asyncio.create_task(self._work(run.entry.id))
+        self._live[queued.task_id] = queued
+        queued.worker = asyncio.create_task(self._work(queued))
         return self.get(queued.task_id, owner)
 
-    async def _work(self, model_id: str) -> None:
-        queue = self._queues[model_id]
+    async def _work(self, queued: _Queued) -> None:
         try:
-            while queue:
-                queued = queue.popleft()
-                self._running[queued.task_id] = queued
-                try:
-                    await self._run(queued)
-                finally:
-                    del self._running[queued.task_id]
+            await self._run(queued)
         finally:
-            del self._workers[model_id]
+            del self._live[queued.task_id]
 
     async def _run(self, queued: _Queued) -> None:
-        try:
+        def started() -> None:
             self.records.started(queued.task_id, now())
-            events = self.responses.events(queued.run, queued.cancel)
+
+        try:
+            events = self.responses.events(queued.run, queued.cancel, started)
             async with contextlib.aclosing(events):  # a failed store stops the generation
                 async for event in events:
                     self._record(queued.task_id, queued.run, event, queued)
@@ -329,7 +323,7 @@ class TaskService:
             result=Response.model_validate_json(row["result"]) if row["result"] else None,
             error=Problem.model_validate_json(row["error"]) if row["error"] else None,
             metadata=json.loads(row["metadata"]),
-            queue_position=self._queue_position(row["id"], row["model"]),
+            queue_position=self._queue_position(row["id"]),
         )
 
     def task_of_response(self, response_id: str, owner: str) -> str:
@@ -345,19 +339,15 @@ class TaskService:
         row = self._row(self.task_of_response(response_id, owner), owner)
         if row["result"]:
             return Response.model_validate_json(row["result"])
-        live = self._running.get(row["id"]) or next(
-            (q for q in self._queues.get(row["model"], ()) if q.task_id == row["id"]), None
-        )
+        live = self._live.get(row["id"])
         if live is None:  # not reached: the final event and the result are stored together
             raise LmspError("internal_error", f"background response {response_id!r} is lost")
         response = live.run.response()
         return _queued(response) if row["status"] == "queued" else response
 
-    def _queue_position(self, task_id: str, model_id: str) -> int | None:
-        for position, queued in enumerate(self._queues.get(model_id, ()), start=1):
-            if queued.task_id == task_id:
-                return position
-        return None
+    def _queue_position(self, task_id: str) -> int | None:
+        queued = self._live.get(task_id)
+        return queued.ticket.position if queued is not None else None
 
     def follow(
         self, task_id: str, owner: str, after: int
@@ -390,17 +380,24 @@ class TaskService:
         row = self._row(task_id, owner)
         if row["status"] in FINAL_TASK_STATUSES:
             return self._task(row)
-        running = self._running.get(task_id)
-        if running is not None:
-            running.cancel.cancel()
+        queued = self._live.get(task_id)
+        if queued is None:  # ending right now
             return self._task(row)
-        queue = self._queues.get(row["model"], deque())
-        queued = next(q for q in queue if q.task_id == task_id)
-        queue.remove(queued)
+        if queued.ticket.admitted:
+            queued.cancel.cancel()
+            return self._task(row)
+        self._stop_waiting(queued)
         queued.run.status = "cancelled"
         cancelled = ResponseCancelled(response_id=queued.run.id, response=queued.run.response())
         self._record(task_id, queued.run, ResponseEvent(id=1, data=cancelled))
         return self.get(task_id, owner)
+
+    @staticmethod
+    def _stop_waiting(queued: _Queued) -> None:
+        """A queued task leaves its line without ever reaching the model."""
+        queued.ticket.leave()
+        if queued.worker is not None:
+            queued.worker.cancel()
 
     def recover(self) -> int:
         """After a restart: tasks that were queued or running fail with ``service_restarted``."""
@@ -439,11 +436,12 @@ class TaskService:
     async def close(self) -> None:
         """Stop running and queued tasks; the next start fails them as ``service_restarted``."""
         self._closing = True
-        for queued in self._running.values():
-            queued.cancel.cancel()
-        for queue in self._queues.values():
-            queue.clear()
-        workers = list(self._workers.values())
+        workers = [queued.worker for queued in self._live.values() if queued.worker is not None]
+        for queued in list(self._live.values()):
+            if queued.ticket.admitted:
+                queued.cancel.cancel()
+            else:
+                self._stop_waiting(queued)
         if workers:
             await asyncio.wait(workers, timeout=10)
 

@@ -5,13 +5,10 @@ Every generation is greedy (temperature 0) and short, so the module runs in a fe
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import llama_cpp
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
@@ -25,8 +22,7 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.guidance import SchemaMatcher
-from lmsp_jupyter.engine.llama import LlamaRunner, LlamaTokenizer, no_weight_repacking
+from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
 
@@ -37,6 +33,8 @@ START_OF_TURN_ID = 105
 END_OF_TURN_ID = 106
 GEMMA_HI = "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 STORY = "<bos>Once upon a time"
+#: Its first 8 greedy tokens.
+STORY_TEXT = ", there was a small town in the"
 FRANCE = "<bos>Q: What is the capital of France?\nA: Paris"
 JAPANESE = "<bos>日本語の文章：私は"
 
@@ -54,11 +52,6 @@ def tokenizer(entry: ModelEntry) -> Iterator[LlamaTokenizer]:
 
 
 @pytest.fixture(scope="module")
-def runner(entry: ModelEntry) -> LlamaRunner:
-    return LlamaRunner(entry.path(), context_size=CONTEXT, threads=THREADS, batch_size=512)
-
-
-@pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
     engine = Engine(EngineSettings(context_size=CONTEXT, threads=THREADS))
     yield engine
@@ -67,26 +60,6 @@ def engine() -> Iterator[Engine]:
 
 def prompt_of(tokenizer: LlamaTokenizer, text: str) -> Prompt:
     return Prompt(text=text, tokens=tokenizer.tokenize(text))
-
-
-def run(
-    runner: LlamaRunner,
-    prompt: Prompt,
-    max_tokens: int,
-    cancel: CancelToken | None = None,
-    on_event: Callable[[GenerationEvent, CancelToken], None] | None = None,
-) -> list[GenerationEvent]:
-    """Every event ``runner.generate`` emits, greedy."""
-    token = cancel or CancelToken()
-    events: list[GenerationEvent] = []
-
-    def emit(event: GenerationEvent) -> None:
-        events.append(event)
-        if on_event is not None:
-            on_event(event, token)
-
-    runner.generate(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0), token, emit)
-    return events
 
 
 def text_of(events: list[GenerationEvent]) -> str:
@@ -126,126 +99,6 @@ def test_tokenize_adds_no_bos_of_its_own(tokenizer: LlamaTokenizer) -> None:
     assert tokenizer.tokenize("") == []
 
 
-# --- runner ------------------------------------------------------------------------------------
-
-
-def test_runner_context_size_is_the_requested_one(runner: LlamaRunner) -> None:
-    assert runner.context_size == CONTEXT
-
-
-def test_generate_at_temperature_0_is_deterministic(
-    runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    first = run(runner, prompt_of(tokenizer, GEMMA_HI), 12)
-    again = run(runner, prompt_of(tokenizer, GEMMA_HI), 12)
-    other = run(runner, prompt_of(tokenizer, FRANCE), 12)
-    after_other = run(runner, prompt_of(tokenizer, GEMMA_HI), 12)
-    assert text_of(first) != ""
-    assert text_of(other) != text_of(first)
-    assert first == again == after_other
-
-
-def test_generate_stops_at_max_tokens_with_exactly_that_many_tokens(
-    runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    prompt = prompt_of(tokenizer, STORY)
-    events = run(runner, prompt, 5)
-    assert done_of(events) == GenerationDone(
-        reason="max_tokens", prompt_tokens=len(prompt.tokens), output_tokens=5
-    )
-
-
-def test_generate_emits_text_deltas_then_one_generation_done(
-    runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    events = run(runner, prompt_of(tokenizer, STORY), 8)
-    assert all(isinstance(event, TextDelta) and event.text for event in events[:-1])
-    assert len(events) == 9
-    assert text_of(events) == ", there was a girl named Lily."  # weights not repacked
-
-
-def test_cancel_during_generation_stops_after_the_current_token(
-    runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    def cancel_on_first_delta(event: GenerationEvent, cancel: CancelToken) -> None:
-        if isinstance(event, TextDelta):
-            cancel.cancel()
-
-    prompt = prompt_of(tokenizer, STORY)
-    events = run(runner, prompt, 16, on_event=cancel_on_first_delta)
-    assert events == [
-        TextDelta(","),
-        GenerationDone(reason="cancelled", prompt_tokens=len(prompt.tokens), output_tokens=1),
-    ]
-
-
-def test_token_cancelled_before_start_generates_nothing(
-    runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    cancel = CancelToken()
-    cancel.cancel()
-    prompt = prompt_of(tokenizer, STORY)
-    events = run(runner, prompt, 16, cancel=cancel)
-    assert events == [
-        GenerationDone(reason="cancelled", prompt_tokens=len(prompt.tokens), output_tokens=0)
-    ]
-
-
-def test_runner_is_usable_after_a_cancelled_generation(
-    runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    def cancel_at_once(event: GenerationEvent, cancel: CancelToken) -> None:
-        cancel.cancel()
-
-    prompt = prompt_of(tokenizer, STORY)
-    complete = run(runner, prompt, 6)
-    run(runner, prompt_of(tokenizer, FRANCE), 16, on_event=cancel_at_once)
-    assert run(runner, prompt, 6) == complete
-
-
-def test_text_deltas_concatenate_to_the_detokenized_output(
-    entry: ModelEntry, runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    prompt = prompt_of(tokenizer, JAPANESE)
-    events = run(runner, prompt, 12)
-    with no_weight_repacking():
-        reference = llama_cpp.Llama(
-            model_path=str(entry.path()),
-            n_ctx=CONTEXT,
-            n_batch=512,
-            n_threads=THREADS,
-            n_threads_batch=THREADS,
-            n_gpu_layers=0,
-            verbose=False,
-        )
-    tokens = list(itertools.islice(reference.generate(prompt.tokens, temp=0.0, reset=True), 12))
-    expected = reference.detokenize(tokens).decode("utf-8")
-    assert any(ord(char) > 0x7F for char in expected)
-    assert text_of(events) == expected
-    assert done_of(events).output_tokens == len(tokens) == 12
-
-
-def test_generate_stops_at_the_requested_context_size(
-    entry: ModelEntry, tokenizer: LlamaTokenizer
-) -> None:
-    small = LlamaRunner(entry.path(), context_size=64, threads=THREADS, batch_size=512)
-    prompt = prompt_of(tokenizer, "<bos>" + "one two three four five six seven eight nine ten " * 5)
-    assert len(prompt.tokens) == 52
-    events = run(small, prompt, 16)
-    assert done_of(events) == GenerationDone(
-        reason="context_length", prompt_tokens=52, output_tokens=12
-    )
-
-
-def test_unloadable_model_file_raises_engine_error(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.gguf"
-    broken.write_bytes(b"GGUF" + bytes(64))
-    with pytest.raises(EngineError, match=r"^broken\.gguf could not be loaded$"):
-        LlamaRunner(broken, context_size=CONTEXT, threads=1, batch_size=512)
-    with pytest.raises(EngineError, match=r"^the tokenizer of broken\.gguf could not be loaded$"):
-        LlamaTokenizer(broken)
-
-
 # --- engine ------------------------------------------------------------------------------------
 
 
@@ -256,55 +109,12 @@ async def collect(
     return [event async for event in engine.generate(entry, prompt, params, CancelToken())]
 
 
-class GenerateSpy:
-    """Records each ``LlamaRunner.generate``: its start and its ``GenerationDone``, in order.
-
-    The done is recorded before it is passed on, so it is logged before the consumer sees it.
-    """
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.log: list[tuple[str, str]] = []
-        self.done: list[tuple[str, GenerationDone]] = []
-        original = LlamaRunner.generate
-
-        def generate(
-            runner: LlamaRunner,
-            prompt: Prompt,
-            params: SamplingParams,
-            cancel: CancelToken,
-            emit: Callable[[GenerationEvent], None],
-            matcher: SchemaMatcher | None = None,
-        ) -> None:
-            def spy(event: GenerationEvent) -> None:
-                if isinstance(event, GenerationDone):
-                    self.log.append(("done", prompt.text))
-                    self.done.append((prompt.text, event))
-                emit(event)
-
-            self.log.append(("start", prompt.text))
-            original(runner, prompt, params, cancel, spy, matcher)
-
-        monkeypatch.setattr(LlamaRunner, "generate", generate)
-
-
 async def test_engine_render_applies_the_models_template_and_tokenizer(
     engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
     assert prompt.text == GEMMA_HI
     assert prompt.tokens == tokenizer.tokenize(GEMMA_HI)
-
-
-async def test_engine_generate_yields_text_deltas_then_generation_done(
-    engine: Engine, entry: ModelEntry, runner: LlamaRunner, tokenizer: LlamaTokenizer
-) -> None:
-    prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
-    events = await collect(engine, entry, prompt, 8)
-    assert all(isinstance(event, TextDelta) for event in events[:-1])
-    assert done_of(events) == GenerationDone(
-        reason="max_tokens", prompt_tokens=len(prompt.tokens), output_tokens=8
-    )
-    assert events == run(runner, prompt, 8)
 
 
 async def test_engine_loads_the_model_on_first_generation(entry: ModelEntry) -> None:
@@ -319,42 +129,106 @@ async def test_engine_loads_the_model_on_first_generation(entry: ModelEntry) -> 
 
 
 async def test_breaking_out_of_generate_cancels_the_run(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
-    spy = GenerateSpy(monkeypatch)
-    first, second = prompt_of(tokenizer, STORY), prompt_of(tokenizer, FRANCE)
     cancel = CancelToken()
     # A budget far beyond what runs before the cancellation lands: only a missed
     # cancellation would generate all of it.
     params = SamplingParams(max_tokens=400, temperature=0.0)
     received: list[GenerationEvent] = []
-    async for event in engine.generate(entry, first, params, cancel):
+    async for event in engine.generate(entry, prompt_of(tokenizer, STORY), params, cancel):
         received.append(event)
         break
     assert isinstance(received[0], TextDelta)
+    second = prompt_of(tokenizer, FRANCE)
     after = await collect(engine, entry, second, 4)
-    assert cancel.cancelled
-    assert done_of(after) == GenerationDone(
-        reason="max_tokens", prompt_tokens=len(second.tokens), output_tokens=4
-    )
-    assert spy.log == [("start", STORY), ("done", STORY), ("start", FRANCE), ("done", FRANCE)]
-    (text, done), _ = spy.done
-    assert text == STORY
-    assert done.reason == "cancelled"
-    assert done.output_tokens < 400
+    assert cancel.cancelled  # once the abandoned generator is finalized
+    assert done_of(after).reason == "max_tokens"
+    assert done_of(after).output_tokens == 4
 
 
-async def test_concurrent_generates_on_one_model_run_one_after_the_other(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer, monkeypatch: pytest.MonkeyPatch
+async def test_token_cancelled_before_start_generates_nothing(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
-    story, france = prompt_of(tokenizer, STORY), prompt_of(tokenizer, FRANCE)
-    sequential = [await collect(engine, entry, story, 8), await collect(engine, entry, france, 8)]
-    spy = GenerateSpy(monkeypatch)
-    concurrent = await asyncio.gather(
-        collect(engine, entry, story, 8), collect(engine, entry, france, 8)
+    cancel = CancelToken()
+    cancel.cancel()
+    prompt = prompt_of(tokenizer, STORY)
+    params = SamplingParams(max_tokens=16, temperature=0.0)
+    events = [event async for event in engine.generate(entry, prompt, params, cancel)]
+    assert events == [
+        GenerationDone(reason="cancelled", prompt_tokens=len(prompt.tokens), output_tokens=0)
+    ]
+
+
+async def test_cancel_after_the_first_delta_ends_cancelled_with_the_text_so_far(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    cancel = CancelToken()
+    prompt = prompt_of(tokenizer, STORY)
+    params = SamplingParams(max_tokens=400, temperature=0.0)
+    events: list[GenerationEvent] = []
+    async for event in engine.generate(entry, prompt, params, cancel):
+        events.append(event)
+        cancel.cancel()
+    done = done_of(events)
+    assert done.reason == "cancelled"
+    assert 1 <= done.output_tokens < 400
+    assert STORY_TEXT.startswith(text_of(events))
+
+
+async def test_generate_at_temperature_0_is_deterministic(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    hi, france = prompt_of(tokenizer, GEMMA_HI), prompt_of(tokenizer, FRANCE)
+    first = await collect(engine, entry, hi, 12)
+    again = await collect(engine, entry, hi, 12)
+    other = await collect(engine, entry, france, 12)
+    after_other = await collect(engine, entry, hi, 12)
+    assert text_of(first) != ""
+    assert text_of(other) != text_of(first)
+    assert text_of(first) == text_of(again) == text_of(after_other)
+
+
+async def test_generate_emits_text_deltas_then_one_generation_done_with_exactly_max_tokens(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompt = prompt_of(tokenizer, STORY)
+    events = await collect(engine, entry, prompt, 8)
+    assert all(isinstance(event, TextDelta) and event.text for event in events[:-1])
+    assert len(events) == 9
+    assert text_of(events) == STORY_TEXT
+    done = done_of(events)
+    assert (done.reason, done.prompt_tokens, done.output_tokens) == (
+        "max_tokens",
+        len(prompt.tokens),
+        8,
     )
-    assert list(concurrent) == sequential
-    assert spy.log == [("start", STORY), ("done", STORY), ("start", FRANCE), ("done", FRANCE)]
+
+
+async def test_multibyte_text_arrives_whole(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    events = await collect(engine, entry, prompt_of(tokenizer, JAPANESE), 12)
+    text = text_of(events)
+    assert any(ord(char) > 0x7F for char in text)
+    assert "\ufffd" not in text
+    assert done_of(events).output_tokens == 12
+
+
+async def test_generate_stops_at_the_context_size(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    small = Engine(EngineSettings(context_size=64, threads=THREADS, parallel=2))
+    try:
+        prompt = prompt_of(
+            tokenizer, "<bos>" + "one two three four five six seven eight nine ten " * 5
+        )
+        assert len(prompt.tokens) == 52
+        events = await collect(small, entry, prompt, 16)
+        done = done_of(events)
+        assert (done.reason, done.output_tokens) == ("context_length", 12)
+    finally:
+        small.close()
 
 
 async def test_engine_generate_of_an_unloadable_model_raises_engine_error(

@@ -99,7 +99,11 @@ async def test_the_state_moves_from_loading_to_loaded_with_memory_and_expiry(
     assert state is not None
     assert (state.status, state.loaded_at) == ("loading", None)
     assert state.memory_bytes == engine.footprint(first)
-    assert state.memory_bytes == first.weights_bytes + first.kv_bytes_per_token * CONTEXT
+    # The weights, and a cache of CONTEXT tokens for each parallel sequence and the padding one.
+    sequences = engine.settings.parallel + 1
+    assert (
+        state.memory_bytes == first.weights_bytes + first.kv_bytes_per_token * CONTEXT * sequences
+    )
 
     await loading
     state = models_manager.state(first.id)

@@ -22,6 +22,7 @@ def short_retention(tmp_path: Path) -> Iterator[LiveServer]:
             "task_retention_seconds": 4,
             "purge_interval_seconds": 0.2,
             "max_queued_tasks": 1,
+            "parallel": 1,
         }
     }
     server = start_server(tmp_path, config=config)
@@ -51,7 +52,9 @@ def test_events_expire_before_the_task_which_then_is_gone(short_retention: LiveS
         assert_problem(response, 404, "task_not_found")
 
 
-def test_a_full_queue_is_overloaded_with_retry_after(short_retention: LiveServer) -> None:
+def test_a_full_queue_is_overloaded_with_retry_after_for_tasks_and_direct_requests(
+    short_retention: LiveServer,
+) -> None:
     with short_retention.client() as client:
         running = start(client, prompt="Write a long story.", tokens=2000)
         wait_for_events(client, running["id"], 3)
@@ -63,6 +66,9 @@ def test_a_full_queue_is_overloaded_with_retry_after(short_retention: LiveServer
         response = client.post("/tasks", json=body)
         assert_problem(response, 503, "overloaded")
         assert response.headers["retry-after"] == "5"
+        direct = client.post("/responses", json=body["request"])
+        assert_problem(direct, 503, "overloaded")
+        assert direct.headers["retry-after"] == "5"
         client.post(f"/tasks/{running['id']}/cancel")
         events(client, queued["id"])
         assert client.post("/tasks", json=body).status_code == 202

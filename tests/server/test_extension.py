@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.generation import GenerationDone, GenerationEvent
-from lmsp_jupyter.engine.llama import LlamaRunner
+from lmsp_jupyter.engine.batching import ModelWorker
+from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.service.responses import ResponseService
 from tests.conftest import MODEL, start_server, stop_server
 from tests.doubles import ScriptedEngine
@@ -119,25 +119,14 @@ async def test_failure_in_a_sync_request_is_generation_failed_problem(
 async def test_disconnect_stops_generation_and_frees_the_model(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished: list[GenerationDone] = []
-    generate = LlamaRunner.generate
+    finished: list[tuple[StopReason, int]] = []
+    finish = ModelWorker._finish
 
-    def recording(
-        self: LlamaRunner,
-        prompt: Any,
-        params: Any,
-        cancel: Any,
-        emit: Callable[[GenerationEvent], None],
-        matcher: Any = None,
-    ) -> None:
-        def record(event: GenerationEvent) -> None:
-            if isinstance(event, GenerationDone):
-                finished.append(event)
-            emit(event)
+    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
+        finished.append((reason, sequence.generated))
+        finish(self, sequence, reason, flush)
 
-        generate(self, prompt, params, cancel, record, matcher)
-
-    monkeypatch.setattr(LlamaRunner, "generate", recording)
+    monkeypatch.setattr(ModelWorker, "_finish", recording)
     body = {
         "model": MODEL,
         "input": "Write a long story.",
@@ -155,9 +144,9 @@ async def test_disconnect_stops_generation_and_frees_the_model(
         if finished:
             break
         await asyncio.sleep(0.1)
-    [done] = finished
-    assert done.reason == "cancelled"
-    assert done.output_tokens < 4000
+    [(reason, generated)] = finished
+    assert reason == "cancelled"
+    assert generated < 4000
     short = {"model": MODEL, "input": "Hi", "temperature": 0, "max_output_tokens": 2}
     after = await lmsp.post("/responses", json=short)
     assert after.status_code == 200

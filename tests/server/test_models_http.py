@@ -29,6 +29,7 @@ from tests.server.test_http import assert_problem
 
 COPY = "gemma-copy"
 CONTEXT = 2048
+PARALLEL = 2
 READER_TOKEN = "models-reader-token"
 WRITER_TOKEN = "models-writer-token"
 BUNDLED = quote(BUNDLED_MODEL_ID, safe="")
@@ -36,9 +37,10 @@ KEEP_ALIVE = "x-lmsp-jupyter"
 
 
 def model_footprint() -> int:
-    """What the server estimates for either model at the test's context size."""
+    """What the server estimates for either model: weights, and a cache of the test's context
+    size for each parallel sequence and the padding one."""
     entry = ModelCatalog().get(BUNDLED_MODEL_ID)
-    return footprint(entry.weights_bytes, entry.kv_bytes_per_token, CONTEXT, 1)
+    return footprint(entry.weights_bytes, entry.kv_bytes_per_token, CONTEXT, PARALLEL + 1)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def server(
         {"name": "writer", "sha256": hash_token(WRITER_TOKEN), "scopes": ["models:write"]},
     ]
     config = {
-        "LmspApp": {"tokens": tokens, "context_size": CONTEXT},
+        "LmspApp": {"tokens": tokens, "context_size": CONTEXT, "parallel": PARALLEL},
         "ModelManager": {
             "keep_alive_seconds": -1,
             "memory_budget_bytes": int(1.5 * model_footprint()),

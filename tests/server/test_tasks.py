@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import EDITOR_TOKEN, MODEL, READER_TOKEN, LiveServer
+from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, MODEL, READER_TOKEN, LiveServer
 from tests.server.sse import Event, parse_sse
 from tests.server.test_http import assert_problem
 
@@ -25,6 +25,10 @@ def request(prompt: str = "Name a colour.", tokens: int = 8, **fields: Any) -> d
         "max_output_tokens": tokens,
         **fields,
     }
+
+
+def text_of(response: dict[str, Any]) -> str:
+    return "".join(part["text"] for item in response["output"] for part in item.get("content", []))
 
 
 def start(client: httpx.Client, **fields: Any) -> dict[str, Any]:
@@ -206,6 +210,23 @@ def test_cancel_stops_a_running_task_with_response_cancelled(client: httpx.Clien
     assert after.json()["usage"]["output_tokens"] == 2
 
 
+def test_cancel_takes_effect_at_the_next_step_while_another_task_holds_the_model(
+    client: httpx.Client,
+) -> None:
+    other, task = (start(client, prompt="Write a long story.", tokens=400) for _ in range(2))
+    wait_for_events(client, other["id"], 5)
+    wait_for_events(client, task["id"], 5)
+    at_cancel = client.post(f"/tasks/{task['id']}/cancel").json()["last_event_id"]
+    received = events(client, task["id"])
+    assert received[-1].event == "response.cancelled"
+    # Deltas of the step in progress (and those the event loop had not recorded yet) at most.
+    late = [e for e in received if e.id > at_cancel and e.event == "response.output_text.delta"]
+    assert len(late) <= 3
+    assert client.get(f"/tasks/{other['id']}").json()["status"] == "in_progress"
+    client.post(f"/tasks/{other['id']}/cancel")
+    assert events(client, other["id"])[-1].event == "response.cancelled"
+
+
 def test_cancel_of_a_final_task_changes_nothing(client: httpx.Client) -> None:
     task = start(client, tokens=2)
     received = events(client, task["id"])
@@ -216,11 +237,14 @@ def test_cancel_of_a_final_task_changes_nothing(client: httpx.Client) -> None:
     assert events(client, task["id"]) == received
 
 
-def test_tasks_run_in_arrival_order_and_queued_ones_tell_their_position(
+def test_tasks_beyond_the_slots_wait_in_arrival_order_and_tell_their_position(
     client: httpx.Client,
 ) -> None:
-    first = start(client, prompt="Write a long story.", tokens=400)
-    wait_for_events(client, first["id"], 3)
+    running = [
+        start(client, prompt="Write a long story.", tokens=400) for _ in range(LIVE_PARALLEL)
+    ]
+    for task in running:
+        wait_for_events(client, task["id"], 3)
     second = start(client, tokens=3)
     third = start(client, tokens=3)
     assert client.get(f"/tasks/{second['id']}").json()["queue_position"] == 1
@@ -229,10 +253,12 @@ def test_tasks_run_in_arrival_order_and_queued_ones_tell_their_position(
     assert cancelled["status"] == "cancelled"
     assert [e.event for e in events(client, second["id"])] == ["response.cancelled"]
     assert client.get(f"/tasks/{third['id']}").json()["queue_position"] == 1
-    client.post(f"/tasks/{first['id']}/cancel")
+    client.post(f"/tasks/{running[0]['id']}/cancel")
     events(client, third["id"])
-    done = [client.get(f"/tasks/{t['id']}").json() for t in (first, third)]
-    assert done[0]["completed_at"] <= done[1]["started_at"]
+    first_done = client.get(f"/tasks/{running[0]['id']}").json()
+    assert first_done["completed_at"] <= client.get(f"/tasks/{third['id']}").json()["started_at"]
+    client.post(f"/tasks/{running[1]['id']}/cancel")
+    events(client, running[1]["id"])
 
 
 def test_list_is_newest_first_with_limit_and_status(client: httpx.Client) -> None:
@@ -342,6 +368,23 @@ def test_previous_response_puts_its_input_and_output_before_the_new_input(
         second["usage"]["input_tokens"]
         == first["usage"]["total_tokens"] + 2 + alone["usage"]["input_tokens"] - 1
     )
+
+
+def test_a_continued_conversation_reads_only_its_new_tokens_and_says_the_same(
+    client: httpx.Client,
+) -> None:
+    first = client.post("/responses", json=request("Name three colours.", 6, store=True)).json()
+    follow = request("And three animals?", 6, previous_response_id=first["id"])
+    second = client.post("/responses", json=follow).json()
+    again = client.post("/responses", json=follow).json()
+    # The first turn's prompt is in its slot's cache: only what follows it is evaluated.
+    cached = second["usage"]["input_tokens_details"]["cached_tokens"]
+    assert cached >= first["usage"]["input_tokens"]
+    assert cached < second["usage"]["input_tokens"]
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] == (
+        second["usage"]["input_tokens"] - 1
+    )
+    assert text_of(again) == text_of(second) != ""
 
 
 def test_unknown_previous_response_is_response_not_found(client: httpx.Client) -> None:

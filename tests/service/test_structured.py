@@ -164,7 +164,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             {**obj(kind={"const": "square"}, side=DIGIT), "additionalProperties": False},
         ]
     },
-    "all_of": {"allOf": [obj(a=DIGIT), obj(b=WORD)]},
+    "all_of": {"allOf": [obj(a=DIGIT), obj(b=WORD)], "maxProperties": 2},
     "recursive_list": {
         "$defs": {
             "cell": {

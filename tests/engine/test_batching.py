@@ -1,0 +1,285 @@
+"""Continuous batching with the bundled Gemma 3 270M model: sequences interleave, temperature 0
+gives the same text whatever else shares the batch or the cache, prefixes are reused, one
+sequence's cancel or stop string touches no other, seeds repeat.
+
+One thread per model here: the result does not depend on it (every pass holds 2 to 7 tokens,
+see ``engine/llama.py``), and a busy test machine runs one thread far faster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.generation import (
+    CancelToken,
+    GenerationDone,
+    GenerationEvent,
+    Prompt,
+    SamplingParams,
+    TextDelta,
+)
+from lmsp_jupyter.engine.llama import LlamaTokenizer
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+
+PARALLEL = 8
+TOKENS = 6
+STORY = "<bos>Once upon a time"
+STORY_TEXT = ", there was a small town in the"
+
+SUBJECTS = [
+    "the sea",
+    "a lighthouse",
+    "bread",
+    "the moon",
+    "a violin",
+    "winter",
+    "bees",
+    "a river",
+    "old maps",
+    "the desert",
+    "a clock",
+    "tea",
+    "volcanoes",
+    "a library",
+    "owls",
+    "glass",
+    "the wind",
+    "a bridge",
+    "snow",
+    "chess",
+]
+FORMS = ["A poem about {}:", "Q: What do you know about {}?\nA:", "Three facts about {}:\n1."]
+#: 60 varied prompts.
+PROMPTS = [f"<bos>{form.format(subject)}" for form in FORMS for subject in SUBJECTS]
+
+
+@pytest.fixture(scope="module")
+def entry() -> ModelEntry:
+    return ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(entry: ModelEntry) -> Iterator[LlamaTokenizer]:
+    tokenizer = LlamaTokenizer(entry.path())
+    yield tokenizer
+    tokenizer.close()
+
+
+def new_engine(parallel: int = PARALLEL) -> Engine:
+    return Engine(EngineSettings(context_size=1024, threads=1, parallel=parallel))
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    engine = new_engine()
+    yield engine
+    engine.close()
+
+
+def prompt_of(tokenizer: LlamaTokenizer, text: str) -> Prompt:
+    return Prompt(text=text, tokens=tokenizer.tokenize(text))
+
+
+async def generate(
+    engine: Engine,
+    entry: ModelEntry,
+    prompt: Prompt,
+    params: SamplingParams | None = None,
+    cancel: CancelToken | None = None,
+    log: list[tuple[str, GenerationEvent]] | None = None,
+    started: asyncio.Event | None = None,
+) -> tuple[str, GenerationDone]:
+    """The text and the final event of one generation (greedy, ``TOKENS`` by default)."""
+    params = params or SamplingParams(max_tokens=TOKENS, temperature=0.0)
+    text: list[str] = []
+    async for event in engine.generate(entry, prompt, params, cancel or CancelToken()):
+        if log is not None:
+            log.append((prompt.text, event))
+        if started is not None:
+            started.set()
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+        elif isinstance(event, GenerationDone):
+            return "".join(text), event
+    raise AssertionError("no GenerationDone")
+
+
+async def test_a_later_request_streams_before_an_earlier_long_one_ends(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    log: list[tuple[str, GenerationEvent]] = []
+    started = asyncio.Event()
+    long = generate(
+        engine,
+        entry,
+        prompt_of(tokenizer, STORY),
+        SamplingParams(max_tokens=60, temperature=0.0),
+        log=log,
+        started=started,
+    )
+    first = asyncio.ensure_future(long)
+    await started.wait()
+    short = prompt_of(tokenizer, PROMPTS[0])
+    await generate(engine, entry, short, log=log)
+    await first
+    short_first_delta = next(i for i, (text, _) in enumerate(log) if text == short.text)
+    long_done = next(
+        i for i, (text, e) in enumerate(log) if text == STORY and isinstance(e, GenerationDone)
+    )
+    assert short_first_delta < long_done
+
+
+@pytest.mark.timeout(1800)  # 180 generations: minutes on a busy machine
+async def test_temperature_0_text_is_the_same_alone_in_a_full_batch_and_on_a_cached_prefix(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompts = [prompt_of(tokenizer, text) for text in PROMPTS]
+    alone_engine = new_engine(parallel=1)
+    try:
+        alone = [await generate(alone_engine, entry, prompt) for prompt in prompts]
+    finally:
+        alone_engine.close()
+    batched: list[tuple[str, GenerationDone]] = []
+    cached: list[tuple[str, GenerationDone]] = []
+    batch_engine = new_engine()
+    try:
+        for start in range(0, len(prompts), PARALLEL):
+            group = prompts[start : start + PARALLEL]
+            batched += await asyncio.gather(*(generate(batch_engine, entry, p) for p in group))
+            # The same prompts again: each one's slot serves all of it but the last token.
+            cached += await asyncio.gather(*(generate(batch_engine, entry, p) for p in group))
+    finally:
+        batch_engine.close()
+    assert len({text for text, _ in alone}) > 10  # the prompts lead to different texts
+    assert [text for text, _ in batched] == [text for text, _ in alone]
+    assert [text for text, _ in cached] == [text for text, _ in alone]
+    assert [done.cached_tokens for _, done in cached] == [len(p.tokens) - 1 for p in prompts]
+
+
+async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    first = prompt_of(tokenizer, "<bos><start_of_turn>user\nName a fruit.<end_of_turn>\n")
+    warm = new_engine()
+    try:
+        answer, _ = await generate(warm, entry, first, SamplingParams(12, temperature=0.0))
+        follow = prompt_of(
+            tokenizer,
+            f"{first.text}<start_of_turn>model\n{answer}<end_of_turn>\n"
+            "<start_of_turn>user\nAnd a vegetable?<end_of_turn>\n<start_of_turn>model\n",
+        )
+        reused, reused_done = await generate(warm, entry, follow)
+    finally:
+        warm.close()
+    cold = new_engine()
+    try:
+        fresh, fresh_done = await generate(cold, entry, follow)
+    finally:
+        cold.close()
+    assert reused_done.cached_tokens >= len(first.tokens)
+    assert fresh_done.cached_tokens == 0
+    assert reused == fresh
+    assert reused_done.prompt_tokens == fresh_done.prompt_tokens == len(follow.tokens)
+
+
+async def test_cancelling_one_sequence_leaves_the_others_text_unchanged(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompts = [prompt_of(tokenizer, text) for text in PROMPTS[:3]]
+    alone = [await generate(engine, entry, prompt) for prompt in prompts]
+    cancel = CancelToken()
+    log: list[tuple[str, GenerationEvent]] = []
+
+    async def cancelled() -> tuple[str, GenerationDone]:
+        params = SamplingParams(max_tokens=400, temperature=0.0)
+        async for event in engine.generate(entry, prompt_of(tokenizer, STORY), params, cancel):
+            log.append((STORY, event))
+            cancel.cancel()
+        _, done = log[-1]
+        assert isinstance(done, GenerationDone)
+        return "", done
+
+    *others, (_, stopped) = await asyncio.gather(
+        *(generate(engine, entry, prompt) for prompt in prompts), cancelled()
+    )
+    assert [text for text, _ in others] == [text for text, _ in alone]
+    assert stopped.reason == "cancelled"
+    assert stopped.output_tokens < 400
+
+
+async def test_a_request_cancelled_while_waiting_never_reaches_the_model(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    engine = new_engine(parallel=1)
+    try:
+        story = asyncio.ensure_future(
+            generate(engine, entry, prompt_of(tokenizer, STORY), SamplingParams(8, 0.0))
+        )
+        cancel = CancelToken()
+        waiting = asyncio.ensure_future(
+            generate(engine, entry, prompt_of(tokenizer, PROMPTS[1]), cancel=cancel)
+        )
+        await asyncio.sleep(0)
+        cancel.cancel()
+        text, done = await waiting
+        assert (text, done.reason, done.output_tokens, done.cached_tokens) == (
+            "",
+            "cancelled",
+            0,
+            0,
+        )
+        assert (await story)[0] == STORY_TEXT
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("stop", "text"),
+    [
+        (("mall to",), ", there was a s"),  # split across " small" and " town"
+        (("there", "was"), ", "),  # the earliest of several
+        (("small village",), STORY_TEXT),  # " small" held back, then let go
+    ],
+)
+async def test_stop_sequences_end_the_text_before_them_and_never_leak(
+    engine: Engine,
+    entry: ModelEntry,
+    tokenizer: LlamaTokenizer,
+    stop: tuple[str, ...],
+    text: str,
+) -> None:
+    params = SamplingParams(max_tokens=8, temperature=0.0, stop=stop)
+    log: list[tuple[str, GenerationEvent]] = []
+    received, done = await generate(engine, entry, prompt_of(tokenizer, STORY), params, log=log)
+    assert received == text
+    assert done.reason == ("max_tokens" if text == STORY_TEXT else "stop")
+    for _, event in log:
+        if isinstance(event, TextDelta):
+            assert not any(s in event.text for s in stop)
+
+
+async def test_a_seed_repeats_sampling_at_temperature_1(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompt = prompt_of(tokenizer, STORY)
+
+    def params(seed: int) -> SamplingParams:
+        return SamplingParams(max_tokens=12, temperature=1.0, top_k=0, top_p=1.0, seed=seed)
+
+    first = await generate(engine, entry, prompt, params(7))
+    together = await asyncio.gather(*(generate(engine, entry, prompt, params(7)) for _ in range(2)))
+    others = [await generate(engine, entry, prompt, params(seed)) for seed in (8, 9, 10)]
+    assert [text for text, _ in together] == [first[0], first[0]]
+    assert len({first[0], *(text for text, _ in others)}) > 1
+
+
+async def test_top_k_1_is_greedy_at_any_temperature(
+    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    params = SamplingParams(max_tokens=8, temperature=1.5, top_k=1, seed=3)
+    text, _ = await generate(engine, entry, prompt_of(tokenizer, STORY), params)
+    assert text == STORY_TEXT
