@@ -1,7 +1,9 @@
 """Continuous batching of one model: a worker thread, its sequences, their KV cache slots.
 
-Each step the worker builds one batch from every running sequence (its next token, or a chunk
-of its prompt), decodes it once, samples each sequence and hands its text to the consumer.
+Each step the worker evaluates every running sequence's next token, or a chunk of its prompt,
+in passes of 2 to 7 tokens (the sequences' next tokens side by side), samples each sequence as
+soon as its pass is read and hands its text to the consumer. Each slot is a sequence of the
+llama.cpp context with its own KV cache, its cells in position order.
 A request joins at the next step; one that is cancelled while it waits never reaches the
 model. A finished sequence leaves its tokens in its slot's cache, and the next request whose
 prompt starts with them evaluates only what is new.
@@ -158,12 +160,6 @@ class ModelWorker:
         """Whether the weights are in memory."""
         return self._model is not None
 
-    @property
-    def memory_bytes(self) -> int | None:
-        """An estimate of the memory the model holds (weights and KV cache); ``None`` unloaded."""
-        model = self._model
-        return model.memory_bytes if model is not None else None
-
     def submit(self, request: GenerationRequest) -> None:
         """Queue ``request``; it starts at the next step with a free sequence."""
         self._send(request)
@@ -305,9 +301,10 @@ class ModelWorker:
     def _reusable(self, slot: _Slot, tokens: list[int]) -> int:
         """How many of ``tokens`` ``slot``'s cache can serve (one is always left to evaluate).
 
-        With sliding-window attention llama.cpp reuses the cells of positions that fell out
-        of the window, so a trimmed cache may miss some its new tokens need: a cache longer
-        than the window serves only when all of it is a prefix of ``tokens``.
+        With sliding-window attention llama.cpp may take the cells of positions that fell out
+        of the window for new tokens, so a trimmed cache may miss some its new tokens need: a
+        cache longer than the window serves only when all of it is a prefix of ``tokens``
+        (a conservative rule; the full-size window cache would usually allow more).
         """
         assert self._model is not None
         limit = min(len(slot.tokens), len(tokens) - 1)

@@ -38,9 +38,6 @@ _MIN_P = 0.05
 #: The batching worker composes the passes (``engine/batching.py``).
 PASS_TOKENS = 7
 
-#: Bytes of one K or V element in the cache (llama.cpp's default f16).
-_KV_ELEMENT_BYTES = 2
-
 _DEFAULT_MODEL_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
 _PARAMS_LOCK = threading.Lock()
 
@@ -170,27 +167,7 @@ class LlamaModel:
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
         #: The sliding-window attention span, 0 for models without one.
         self.sliding_window: int = llama_cpp.llama_model_n_swa(self._model)
-        self.memory_bytes = (
-            llama_cpp.llama_model_size(self._model)
-            + llama_cpp.llama_n_ctx(self._ctx) * self._kv_bytes()
-        )
         self._pieces: dict[int, bytes] = {}
-
-    def _kv_bytes(self) -> int:
-        """Bytes of KV cache one cell takes in all layers (sliding-window ones may hold fewer)."""
-        arch = self._meta("general.architecture")
-        heads = llama_cpp.llama_model_n_head(self._model) or 1
-        default = llama_cpp.llama_model_n_embd(self._model) // heads
-        key = int(self._meta(f"{arch}.attention.key_length") or default)
-        value = int(self._meta(f"{arch}.attention.value_length") or default)
-        kv_heads = llama_cpp.llama_model_n_head_kv(self._model)
-        layers = llama_cpp.llama_model_n_layer(self._model)
-        return int(layers * kv_heads * (key + value) * _KV_ELEMENT_BYTES)
-
-    def _meta(self, key: str) -> str:
-        buffer = ctypes.create_string_buffer(128)
-        size = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
-        return buffer.value.decode() if size >= 0 else ""
 
     def decode(self, tokens: Sequence[BatchToken]) -> None:
         """Evaluate one pass: at most ``PASS_TOKENS`` tokens, as many of each sequence in it.

@@ -1,7 +1,7 @@
 """The engine's front: per loaded model, one worker thread running a continuous-batching loop.
 
-Each step the worker builds one batch from every running sequence (its next token, or a chunk
-of its prompt), decodes it once, samples each sequence and hands text to asyncio. Sequences
+Each step the worker evaluates every running sequence's next token (or a chunk of its prompt)
+in small passes, samples each sequence and hands text to asyncio. Sequences
 join at the next step and leave as soon as they end or are cancelled.
 """
 
