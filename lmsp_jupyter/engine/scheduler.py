@@ -36,9 +36,11 @@ from .templates import THINK_OPEN, ChatTemplate, fallback_template
 
 log = logging.getLogger(__name__)
 
-#: Sequences per model decoding together, by default. Measured on a 2-core machine with the
-#: bundled model (benchmarks/serving.py): the aggregate rate grows up to 8 streams.
-DEFAULT_PARALLEL = 8
+#: Sequences per model decoding together, by default. Each has a KV cache of the whole context
+#: (measured with the bundled model at 8192 tokens: 550 MB resident with 1, 1,055 MB with 4,
+#: 1,669 MB with 8), and on a laptop's few cores the aggregate rate grows little past 4 streams
+#: (benchmarks/serving.py); a server with more memory and cores raises ``LmspApp.parallel``.
+DEFAULT_PARALLEL = 4
 
 
 @dataclass(frozen=True)
