@@ -6,55 +6,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { Problem, Response } from './render';
-
-/** What this service adds to a model that is loading: how far it has come. */
-export interface LmspLoadingProgress {
-  stage: string;
-  fraction: number | null;
-}
-
-/** A model the service can run (LMSP 1.0 section 8). */
-export interface LmspModel {
-  id: string;
-  status: 'available' | 'loading' | 'loaded' | 'unavailable';
-  /** Null for a model served by a remote server (its file is not here). */
-  size_bytes: number | null;
-  /** `local`, or the name of the remote server that serves it. */
-  owned_by: string;
-  context_length: number;
-  capabilities: string[];
-  /** Only while loaded: memory taken, when it was loaded, when it unloads if idle (null: never). */
-  memory_bytes?: number;
-  loaded_at?: number;
-  expires_at?: number | null;
-  extensions?: { 'x-lmsp-jupyter'?: { loading?: LmspLoadingProgress | null } };
-}
-
-/** The models, and why configured model directories give none. */
-export interface LmspModels {
-  models: LmspModel[];
-  notices: string[];
-}
-
-/** The parts of a task (LMSP 1.0 section 7) the panel and the status bar show. */
-export interface LmspTask {
-  id: string;
-  status: 'queued' | 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
-  created_at: number;
-  started_at: number | null;
-  completed_at: number | null;
-  queue_position?: number;
-  result: Response | null;
-  error?: Problem | null;
-  /** The request's metadata: where a kernel's ask came from (notebook, cell, kernel, ask). */
-  metadata?: Record<string, string>;
-}
-
-/** A task that has not reached a final status yet. */
-export function isRunning(task: LmspTask): boolean {
-  return task.status === 'queued' || task.status === 'in_progress';
-}
+import type { LmspModel, LmspModels, LmspTask } from './render';
 
 /** A failed request: the HTTP status and, when the service sent a problem, its code. */
 export class LmspRequestError extends Error {
@@ -69,9 +21,23 @@ export class LmspRequestError extends Error {
 
 const settings = ServerConnection.makeSettings();
 
-async function request<T>(path: string, init: RequestInit = {}): Promise<T> {
-  const url = `${settings.baseUrl}lmsp/v1${path}`;
-  const response = await ServerConnection.makeRequest(url, init, settings);
+/** A URL under this Jupyter server's LMSP root, e.g. `/user/me/lmsp/v1/tasks/…`. */
+function lmspUrl(...parts: string[]): string {
+  return `${settings.baseUrl}lmsp/v1/${parts.map(encodeURIComponent).join('/')}`;
+}
+
+/** A fetch with the user's Jupyter session: cookie, page token, XSRF header. */
+export function sessionFetch(url: string, init: RequestInit = {}): Promise<globalThis.Response> {
+  return ServerConnection.makeRequest(url, init, settings);
+}
+
+/** `lmsp/v1/tasks/{id}/events`, without a query: where a follower reads a task's events. */
+export function taskEventsUrl(taskId: string): string {
+  return lmspUrl('tasks', taskId, 'events');
+}
+
+async function request<T>(path: string[], init: RequestInit = {}, query = ''): Promise<T> {
+  const response = await sessionFetch(lmspUrl(...path) + query, init);
   const body = await response.json().catch(() => null);
   if (!response.ok) {
     throw new LmspRequestError(
@@ -88,13 +54,13 @@ export async function listModels(): Promise<LmspModels> {
   const list = await request<{
     data: LmspModel[];
     extensions?: { 'x-lmsp-jupyter'?: { notices: string[] } };
-  }>('/models');
+  }>(['models']);
   return { models: list.data, notices: list.extensions?.['x-lmsp-jupyter']?.notices ?? [] };
 }
 
 /** `POST lmsp/v1/models/{id}/load` or `/unload`: the model afterwards. */
 export async function changeModel(modelId: string, change: 'load' | 'unload'): Promise<LmspModel> {
-  return request<LmspModel>(`/models/${encodeURIComponent(modelId)}/${change}`, {
+  return request<LmspModel>(['models', modelId, change], {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' }
   });
@@ -115,12 +81,17 @@ export async function listTasks(
     params.set(`metadata.${key}`, value);
   }
   const search = params.toString();
-  return (await request<{ data: LmspTask[] }>(`/tasks${search ? `?${search}` : ''}`)).data;
+  return (await request<{ data: LmspTask[] }>(['tasks'], {}, search ? `?${search}` : '')).data;
+}
+
+/** `GET lmsp/v1/tasks/{id}`. */
+export async function getTask(taskId: string): Promise<LmspTask> {
+  return request<LmspTask>(['tasks', taskId]);
 }
 
 /** `POST lmsp/v1/tasks/{id}/cancel`. */
 export async function cancelTask(taskId: string): Promise<LmspTask> {
-  return request<LmspTask>(`/tasks/${encodeURIComponent(taskId)}/cancel`, {
+  return request<LmspTask>(['tasks', taskId, 'cancel'], {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' }
   });

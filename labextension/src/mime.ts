@@ -2,33 +2,19 @@
  * The MIME renderer of `application/vnd.lmsp.task+json`: saved rounds from the
  * bundle, the running round followed from the browser, clicks to the server and kernel.
  */
-import { URLExt } from '@jupyterlab/coreutils';
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
-import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { cancelTask, listTasks } from './api';
+import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from './api';
 import { TaskFollower, type FollowEnd } from './follow';
 import type { KernelMessenger } from './kernel';
-import { AnswerView, type AnswerState, type Response } from './render';
+import { AnswerView, type AnswerState } from './render';
 
 /** The MIME type of an ask's durable state. */
 export const MIME_TYPE = 'application/vnd.lmsp.task+json';
 
 /** Ahead of the ipywidgets widget-view renderer (-10): in JupyterLab this view shows every ask. */
 export const RENDERER_RANK = -20;
-
-const settings = ServerConnection.makeSettings();
-
-/** A URL under this Jupyter server's LMSP root, e.g. `/user/me/lmsp/v1/tasks/…`. */
-function lmspUrl(...parts: string[]): string {
-  return URLExt.join(settings.baseUrl, 'lmsp/v1', ...parts.map(encodeURIComponent));
-}
-
-/** Requests with the user's Jupyter session: cookie, page token, XSRF header. */
-function request(url: string, init: RequestInit = {}): Promise<globalThis.Response> {
-  return ServerConnection.makeRequest(url, init, settings);
-}
 
 /** How often, and how long, a decision made in a restored answer looks for the next round. */
 const NEXT_ROUND_POLL_MS = 1000;
@@ -99,7 +85,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
         continue;
       }
       const follower = new TaskFollower({
-        url: lmspUrl('tasks', taskId, 'events'),
+        url: taskEventsUrl(taskId),
         after: answer.lastEventId(taskId),
         onEvents: events => {
           this._view.setNote('');
@@ -107,7 +93,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
         },
         onRetry: () => this._view.setNote('Connection lost; reconnecting…'),
         onEnd: end => void this._ended(taskId, end),
-        fetch: request
+        fetch: sessionFetch
       });
       this._followers.set(taskId, follower);
       void follower.run();
@@ -134,8 +120,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
 
   /** After the events expired the task may still hold its result (6.4): show it. */
   private async _showResult(taskId: string): Promise<void> {
-    const reply = await request(lmspUrl('tasks', taskId));
-    const task = reply.ok ? ((await reply.json()) as { result?: Response | null }) : null;
+    const task = await getTask(taskId).catch(() => null);
     const state = this._view.answer.state;
     if (!task?.result || !state || this.isDisposed) {
       return;

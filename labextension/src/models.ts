@@ -1,7 +1,7 @@
 /**
- * What the side panel says of a model, with no DOM.
+ * What the side panel says of a model or a task, with no DOM.
  */
-import type { LmspModel } from './api';
+import { formatRate, type LmspModel, type LmspTask } from './render';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {
@@ -23,4 +23,17 @@ export function modelDetails(model: LmspModel): string[] {
     `${model.context_length.toLocaleString()} ctx`,
     model.capabilities.join(', ')
   ];
+}
+
+/**
+ * Output tokens per second of a finished task. The task's times are whole seconds, so a run
+ * that started and ended within the same second only gives a lower bound.
+ */
+export function taskRate(task: LmspTask): string {
+  const tokens = task.result?.usage?.output_tokens;
+  if (tokens === undefined || task.started_at === null || task.completed_at === null) {
+    return '';
+  }
+  const seconds = task.completed_at - task.started_at;
+  return seconds > 0 ? formatRate(tokens / seconds) : `>${formatRate(tokens, 0)}`;
 }

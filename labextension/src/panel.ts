@@ -8,18 +8,9 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import {
-  LmspModel,
-  LmspModels,
-  LmspTask,
-  Poller,
-  cancelTask,
-  changeModel,
-  isRunning,
-  listModels,
-  listTasks
-} from './api';
-import { formatBytes, modelDetails } from './models';
+import { Poller, cancelTask, changeModel, listModels, listTasks } from './api';
+import { formatBytes, modelDetails, taskRate } from './models';
+import { isRunning, type LmspModel, type LmspModels, type LmspTask } from './render';
 import { element } from './render/dom';
 import '../style/panel.css';
 
@@ -58,19 +49,6 @@ export function expiryText(expiresAt: number | null | undefined, nowSeconds: num
   }
   const left = expiresAt - nowSeconds;
   return left > 0 ? `unloads in ${formatDuration(left)} if idle` : 'unloading';
-}
-
-/**
- * Output tokens per second of a finished task. The task's times are whole seconds, so a run
- * that started and ended within the same second only gives a lower bound.
- */
-export function tokensPerSecond(task: LmspTask): string {
-  const tokens = task.result?.usage?.output_tokens;
-  if (tokens === undefined || task.started_at === null || task.completed_at === null) {
-    return '';
-  }
-  const seconds = task.completed_at - task.started_at;
-  return seconds > 0 ? `${(tokens / seconds).toFixed(1)} tok/s` : `>${tokens} tok/s`;
 }
 
 /** The side panel widget; it polls only while it is visible. */
@@ -259,7 +237,7 @@ export class LmspPanel extends Widget {
     }
     const details = [new Date(task.created_at * 1000).toLocaleTimeString()];
     if (task.result) {
-      details.push(task.result.model, tokensPerSecond(task));
+      details.push(task.result.model, taskRate(task));
     } else if (task.status === 'queued' && task.queue_position !== undefined) {
       details.push(`#${task.queue_position} in queue`);
     } else if (task.status === 'in_progress') {

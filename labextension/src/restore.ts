@@ -7,8 +7,14 @@
  * restored only into a cell that still has the source it ran, that was not cleared on
  * purpose, and whose outputs are nothing or older answers of that same cell.
  */
-import { isRunning, type LmspTask } from './api';
-import type { AnswerState, AnswerStatus, OutputFunctionCall, Response } from './render';
+import {
+  isRunning,
+  type AnswerState,
+  type AnswerStatus,
+  type LmspTask,
+  type OutputFunctionCall,
+  type Response
+} from './render';
 
 /** What the plan needs to know of one output of a cell. */
 export interface OutputSummary {

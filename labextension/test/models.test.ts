@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import type { LmspModel } from '../src/api';
+import type { LmspModel } from '../src/render';
 import { modelDetails } from '../src/models';
 
 function model(fields: Partial<LmspModel>): LmspModel {

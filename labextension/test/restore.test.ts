@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import type { LmspTask } from '../src/api';
-import type { Response } from '../src/render';
+import type { LmspTask, Response } from '../src/render';
 import { DismissedAsks, planRestorations, sourceHash, type CellSummary } from '../src/restore';
 
 const SOURCE = '%lmsp ask --max-tokens 8 Once upon a time';

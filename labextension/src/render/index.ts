@@ -4,6 +4,7 @@ export { markdownToHtml, renderMarkdown } from './markdown';
 export {
   applyEvents,
   emptyRound,
+  formatRate,
   isFinal,
   roundFromResponse,
   tokensPerSecond,

@@ -238,3 +238,8 @@ export function tokensPerSecond(round: RoundView): number | null {
   }
   return (round.deltas - timing.deltasInFirstBatch) / seconds;
 }
+
+/** `20.0 tok/s`: how every view shows a rate of output tokens. */
+export function formatRate(tokensPerSecond: number, digits = 1): string {
+  return `${tokensPerSecond.toFixed(digits)} tok/s`;
+}

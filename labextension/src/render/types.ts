@@ -1,6 +1,7 @@
 /**
- * The LMSP 1.0 wire objects the views read (spec sections 6.2-6.4), and the
- * `AnswerState` every `%lmsp ask` displays (application/vnd.lmsp.task+json).
+ * The front end's one module of protocol types: the LMSP 1.0 wire objects it reads (spec
+ * sections 6-8), and the `AnswerState` every `%lmsp ask` displays
+ * (application/vnd.lmsp.task+json).
  */
 
 export type ResponseStatus = 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
@@ -109,3 +110,51 @@ export const FINAL_EVENTS: ReadonlySet<string> = new Set([
   'response.cancelled',
   'error'
 ]);
+
+/** What this service adds to a model that is loading: how far it has come. */
+export interface LmspLoadingProgress {
+  stage: string;
+  fraction: number | null;
+}
+
+/** A model the service can run (LMSP 1.0 section 8). */
+export interface LmspModel {
+  id: string;
+  status: 'available' | 'loading' | 'loaded' | 'unavailable';
+  /** Null for a model served by a remote server (its file is not here). */
+  size_bytes: number | null;
+  /** `local`, or the name of the remote server that serves it. */
+  owned_by: string;
+  context_length: number;
+  capabilities: string[];
+  /** Only while loaded: memory taken, when it was loaded, when it unloads if idle (null: never). */
+  memory_bytes?: number;
+  loaded_at?: number;
+  expires_at?: number | null;
+  extensions?: { 'x-lmsp-jupyter'?: { loading?: LmspLoadingProgress | null } };
+}
+
+/** The models, and why configured model directories give none. */
+export interface LmspModels {
+  models: LmspModel[];
+  notices: string[];
+}
+
+/** The parts of a task (LMSP 1.0 section 7) the panel and the status bar show. */
+export interface LmspTask {
+  id: string;
+  status: 'queued' | 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
+  created_at: number;
+  started_at: number | null;
+  completed_at: number | null;
+  queue_position?: number;
+  result: Response | null;
+  error?: Problem | null;
+  /** The request's metadata: where a kernel's ask came from (notebook, cell, kernel, ask). */
+  metadata?: Record<string, string>;
+}
+
+/** A task that has not reached a final status yet. */
+export function isRunning(task: LmspTask): boolean {
+  return task.status === 'queued' || task.status === 'in_progress';
+}

@@ -4,7 +4,7 @@
  */
 import { Answer } from './answer';
 import { renderMarkdown, textEnd } from './markdown';
-import type { ItemView, RoundView } from './reducer';
+import { formatRate, type ItemView, type RoundView } from './reducer';
 import type { AnswerState, TaskEvent, ToolCallState } from './types';
 import { element } from './dom';
 
@@ -146,7 +146,7 @@ export class AnswerView {
       ? `${formatCount(usage.input_tokens)} in · ${formatCount(usage.output_tokens)} out`
       : '';
     const rate = answer.tokensPerSecond();
-    this._rate.textContent = rate === null ? '' : `${rate.toFixed(1)} tok/s`;
+    this._rate.textContent = rate === null ? '' : formatRate(rate);
     this._stop.hidden = !answer.isRunning();
     this._stop.disabled = this._stopSent || !this._actionsEnabled;
     this._updateRounds(rounds, state.tool_calls);
