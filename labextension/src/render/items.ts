@@ -1,0 +1,254 @@
+/**
+ * The DOM of a round's output items, updated in place: a running message gets its deltas
+ * appended to a text node and its Markdown re-rendered at most once per frame; a function
+ * call shows its arguments, output and, while it waits for the user, Approve and Deny.
+ */
+import { renderMarkdown, textEnd } from './markdown';
+import type { ItemView, RoundView } from './reducer';
+import type { ToolCallState } from './types';
+import { element } from './dom';
+
+interface MessageDom {
+  node: HTMLElement;
+  tail: Text;
+  /** The text the node shows: rendered Markdown followed by the tail. */
+  shown: string;
+  /** Whether the node holds `shown` rendered as Markdown (no pending tail). */
+  rendered: boolean;
+}
+
+interface ItemDom {
+  node: HTMLElement;
+  /** What the node was last drawn from; unchanged keys are not redrawn. */
+  key: string;
+  message?: MessageDom;
+  body?: Text;
+}
+
+/** A round's element, its end note (kept last) and its items by id. */
+export interface RoundDom {
+  node: HTMLElement;
+  end: HTMLElement;
+  items: Map<string, ItemDom>;
+}
+
+function prettyArguments(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+/** The items of every round of one view; `decide` sends a click on Approve or Deny. */
+export class ItemsDom {
+  /** Whether Approve and Deny may be clicked. */
+  actionsEnabled = true;
+
+  private readonly _decide: (callId: string, decision: 'approve' | 'deny') => void;
+  private readonly _requestFrame: (callback: () => void) => void;
+  private readonly _sent = new Set<string>();
+  private readonly _dirtyMessages = new Set<MessageDom>();
+  private _frameRequested = false;
+
+  constructor(
+    decide: (callId: string, decision: 'approve' | 'deny') => void,
+    requestFrame: (callback: () => void) => void
+  ) {
+    this._decide = decide;
+    this._requestFrame = requestFrame;
+  }
+
+  /** Forget the decisions sent: a new state says what became of them. */
+  clearSent(): void {
+    this._sent.clear();
+  }
+
+  /** Bring the items of `dom` up to `round`; `calls` are the ask's decided function calls. */
+  update(dom: RoundDom, round: RoundView, calls: Record<string, ToolCallState>): void {
+    const ids = new Set(round.items.map(item => item.id));
+    for (const [id, itemDom] of Array.from(dom.items)) {
+      if (!ids.has(id)) {
+        itemDom.node.remove();
+        dom.items.delete(id);
+      }
+    }
+    for (const item of round.items) {
+      let itemDom = dom.items.get(item.id);
+      if (!itemDom || itemDom.node.dataset.type !== item.type) {
+        itemDom?.node.remove();
+        itemDom = this._createItem(item);
+        dom.items.set(item.id, itemDom);
+      }
+      // Items are ordered by output index and new ones come last; the round's end stays last.
+      if (itemDom.node.parentNode !== dom.node) {
+        dom.node.insertBefore(itemDom.node, dom.end);
+      }
+      if (item.type === 'message') {
+        this._updateMessage(itemDom.message!, item);
+      } else if (item.type === 'reasoning') {
+        this._updateReasoning(itemDom, item);
+      } else {
+        this._updateCall(itemDom, item, round, item.callId ? calls[item.callId] : undefined);
+      }
+    }
+  }
+
+  private _createItem(item: ItemView): ItemDom {
+    if (item.type === 'message') {
+      const node = element('div', 'lmsp-message jp-RenderedHTMLCommon');
+      const tail = document.createTextNode('');
+      node.append(tail);
+      node.dataset.type = 'message';
+      node.dataset.itemId = item.id;
+      return { node, key: '', message: { node, tail, shown: '', rendered: true } };
+    }
+    if (item.type === 'reasoning') {
+      const node = element('details', 'lmsp-reasoning');
+      const summary = element('summary', 'lmsp-reasoning-summary', 'Reasoning');
+      const text = element('div', 'lmsp-reasoning-text');
+      const body = document.createTextNode('');
+      text.append(body);
+      node.append(summary, text);
+      node.dataset.type = 'reasoning';
+      node.dataset.itemId = item.id;
+      return { node, key: '', body };
+    }
+    const node = element('div', 'lmsp-call');
+    node.dataset.type = 'function_call';
+    node.dataset.itemId = item.id;
+    return { node, key: '' };
+  }
+
+  private _updateMessage(dom: MessageDom, item: ItemView): void {
+    if (item.text.startsWith(dom.shown)) {
+      const delta = item.text.slice(dom.shown.length);
+      if (delta) {
+        dom.tail.appendData(delta);
+        dom.shown = item.text;
+        dom.rendered = false;
+      }
+    } else {
+      dom.shown = item.text;
+      dom.rendered = false;
+    }
+    dom.node.classList.toggle('lmsp-running', !item.done);
+    if (dom.rendered) {
+      return;
+    }
+    if (item.done) {
+      this._renderMessage(dom, true);
+    } else {
+      this._dirtyMessages.add(dom);
+      this._scheduleFrame();
+    }
+  }
+
+  private _renderMessage(dom: MessageDom, done: boolean): void {
+    this._dirtyMessages.delete(dom);
+    renderMarkdown(dom.node, dom.shown);
+    const end = textEnd(dom.node);
+    // Markdown drops a line break that ends the text so far; while the message streams the
+    // tail keeps it, or the next word would stick to the last one ("place.The").
+    const kept = done || /\s$/.test(end.textContent ?? '') ? '' : /\s*$/.exec(dom.shown)![0];
+    dom.tail = document.createTextNode(kept);
+    end.append(dom.tail);
+    dom.rendered = true;
+  }
+
+  private _scheduleFrame(): void {
+    if (this._frameRequested) {
+      return;
+    }
+    this._frameRequested = true;
+    this._requestFrame(() => {
+      this._frameRequested = false;
+      for (const dom of Array.from(this._dirtyMessages)) {
+        this._renderMessage(dom, false);
+      }
+    });
+  }
+
+  private _updateReasoning(dom: ItemDom, item: ItemView): void {
+    const body = dom.body!;
+    if (item.text.startsWith(body.data)) {
+      body.appendData(item.text.slice(body.data.length));
+    } else {
+      body.data = item.text;
+    }
+    dom.node.classList.toggle('lmsp-running', !item.done);
+  }
+
+  private _updateCall(
+    dom: ItemDom,
+    item: ItemView,
+    round: RoundView,
+    call: ToolCallState | undefined
+  ): void {
+    const decision =
+      call?.decision ?? (item.done && round.status !== 'in_progress' ? 'pending' : 'generating');
+    const callId = item.callId ?? '';
+    const sent = this._sent.has(callId);
+    const key = JSON.stringify([
+      item.text,
+      item.done,
+      item.name,
+      decision,
+      call !== undefined, // a call the kernel knows gets buttons; one only seen live does not
+      call?.output,
+      sent,
+      this.actionsEnabled
+    ]);
+    if (key === dom.key) {
+      return;
+    }
+    dom.key = key;
+    const node = dom.node;
+    node.dataset.callId = callId;
+    node.dataset.decision = decision;
+    const head = element('div', 'lmsp-call-head');
+    head.append(
+      element('span', 'lmsp-call-label', 'Function call'),
+      element('code', 'lmsp-call-name', item.name ?? ''),
+      element('span', `lmsp-call-decision lmsp-decision-${decision}`, decision)
+    );
+    const args = element(
+      'pre',
+      'lmsp-call-arguments',
+      item.done ? prettyArguments(item.text) : item.text
+    );
+    node.replaceChildren(head, args);
+    if (call?.output !== null && call?.output !== undefined) {
+      const output = element('div', 'lmsp-call-output');
+      output.append(
+        element('div', 'lmsp-call-output-label', 'Output'),
+        element('pre', '', call.output)
+      );
+      node.append(output);
+    }
+    if (decision === 'pending' && call) {
+      node.append(this._decisionButtons(callId, sent));
+    }
+  }
+
+  private _decisionButtons(callId: string, sent: boolean): HTMLElement {
+    const bar = element('div', 'lmsp-call-actions');
+    const approve = element('button', 'lmsp-approve jp-mod-styled jp-mod-accept', 'Approve');
+    const deny = element('button', 'lmsp-deny jp-mod-styled jp-mod-reject', 'Deny');
+    for (const [button, decision] of [
+      [approve, 'approve'],
+      [deny, 'deny']
+    ] as const) {
+      button.type = 'button';
+      button.disabled = sent || !this.actionsEnabled;
+      button.addEventListener('click', () => {
+        this._sent.add(callId);
+        approve.disabled = true;
+        deny.disabled = true;
+        this._decide(callId, decision);
+      });
+    }
+    bar.append(approve, deny);
+    return bar;
+  }
+}
