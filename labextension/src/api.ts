@@ -6,7 +6,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { LmspModel, LmspModels, LmspTask } from './render';
+import type { ILmspModel, ILmspModels, ILmspTask } from './render';
 
 /** A failed request: the HTTP status and, when the service sent a problem, its code. */
 export class LmspRequestError extends Error {
@@ -50,17 +50,17 @@ async function request<T>(path: string[], init: RequestInit = {}, query = ''): P
 }
 
 /** `GET lmsp/v1/models`. */
-export async function listModels(): Promise<LmspModels> {
+export async function listModels(): Promise<ILmspModels> {
   const list = await request<{
-    data: LmspModel[];
+    data: ILmspModel[];
     extensions?: { 'x-lmsp-jupyter'?: { notices: string[] } };
   }>(['models']);
   return { models: list.data, notices: list.extensions?.['x-lmsp-jupyter']?.notices ?? [] };
 }
 
 /** `POST lmsp/v1/models/{id}/load` or `/unload`: the model afterwards. */
-export async function changeModel(modelId: string, change: 'load' | 'unload'): Promise<LmspModel> {
-  return request<LmspModel>(['models', modelId, change], {
+export async function changeModel(modelId: string, change: 'load' | 'unload'): Promise<ILmspModel> {
+  return request<ILmspModel>(['models', modelId, change], {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' }
   });
@@ -68,8 +68,8 @@ export async function changeModel(modelId: string, change: 'load' | 'unload'): P
 
 /** `GET lmsp/v1/tasks`: the Jupyter user's tasks, newest first; `metadata` must all match. */
 export async function listTasks(
-  query: { limit?: number; status?: LmspTask['status']; metadata?: Record<string, string> } = {}
-): Promise<LmspTask[]> {
+  query: { limit?: number; status?: ILmspTask['status']; metadata?: Record<string, string> } = {}
+): Promise<ILmspTask[]> {
   const params = new URLSearchParams();
   if (query.limit !== undefined) {
     params.set('limit', String(query.limit));
@@ -81,17 +81,17 @@ export async function listTasks(
     params.set(`metadata.${key}`, value);
   }
   const search = params.toString();
-  return (await request<{ data: LmspTask[] }>(['tasks'], {}, search ? `?${search}` : '')).data;
+  return (await request<{ data: ILmspTask[] }>(['tasks'], {}, search ? `?${search}` : '')).data;
 }
 
 /** `GET lmsp/v1/tasks/{id}`. */
-export async function getTask(taskId: string): Promise<LmspTask> {
-  return request<LmspTask>(['tasks', taskId]);
+export async function getTask(taskId: string): Promise<ILmspTask> {
+  return request<ILmspTask>(['tasks', taskId]);
 }
 
 /** `POST lmsp/v1/tasks/{id}/cancel`. */
-export async function cancelTask(taskId: string): Promise<LmspTask> {
-  return request<LmspTask>(['tasks', taskId, 'cancel'], {
+export async function cancelTask(taskId: string): Promise<ILmspTask> {
+  return request<ILmspTask>(['tasks', taskId, 'cancel'], {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' }
   });

@@ -2,22 +2,22 @@
  * Following a task's events from the browser (LMSP 6.4): replay then live, resumed
  * with `?after=` the last id received after a dropped connection.
  */
-import { FINAL_EVENTS, type Problem, type TaskEvent } from './render';
+import { FINAL_EVENTS, type IProblem, type ITaskEvent } from './render';
 import { SseParser, toTaskEvent } from './sse';
 
 /** Why following ended. */
 export type FollowEnd =
   | { reason: 'final' }
-  | { reason: 'problem'; status: number; problem: Problem }
+  | { reason: 'problem'; status: number; problem: IProblem }
   | { reason: 'unreachable' };
 
 /** What a follower needs; `fetch` and `sleep` are swapped in tests. */
-export interface TaskFollowerOptions {
+export interface ITaskFollowerOptions {
   /** `{baseUrl}lmsp/v1/tasks/{id}/events`, without a query. */
   url: string;
   /** Resume after this event id (0: from the start). */
   after: number;
-  onEvents(events: TaskEvent[]): void;
+  onEvents(events: ITaskEvent[]): void;
   onEnd(end: FollowEnd): void;
   /** Called when a connection dropped and the follower is about to reconnect. */
   onRetry?(attempt: number): void;
@@ -32,14 +32,14 @@ const MAX_RETRY_MS = 15000;
 
 /** Follows one task's event stream until its final event; `dispose()` stops it. */
 export class TaskFollower {
-  private readonly _options: TaskFollowerOptions;
+  private readonly _options: ITaskFollowerOptions;
   private readonly _abort = new AbortController();
   private _parser = new SseParser();
   private _retryMs: number | null = null;
   private _after: number;
   private _final = false;
 
-  constructor(options: TaskFollowerOptions) {
+  constructor(options: ITaskFollowerOptions) {
     this._options = options;
     this._after = options.after;
   }
@@ -129,7 +129,7 @@ export class TaskFollower {
   }
 
   private _receive(chunk: string): void {
-    const events: TaskEvent[] = [];
+    const events: ITaskEvent[] = [];
     for (const message of this._parser.feed(chunk)) {
       const event = toTaskEvent(message);
       if (event && event.id > this._after) {
@@ -148,9 +148,9 @@ export class TaskFollower {
     if (response.status < 400 || response.status >= 500) {
       return null;
     }
-    let problem: Problem = { status: response.status, title: response.statusText };
+    let problem: IProblem = { status: response.status, title: response.statusText };
     try {
-      problem = (await response.json()) as Problem;
+      problem = (await response.json()) as IProblem;
     } catch {
       // Not a problem document: keep the status line.
     }

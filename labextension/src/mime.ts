@@ -8,7 +8,7 @@ import { Widget } from '@lumino/widgets';
 import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from './api';
 import { TaskFollower, type FollowEnd } from './follow';
 import type { KernelMessenger } from './kernel';
-import { AnswerView, type AnswerState } from './render';
+import { AnswerView, type IAnswerState } from './render';
 
 /** The MIME type of an ask's durable state. */
 export const MIME_TYPE = 'application/vnd.lmsp.task+json';
@@ -48,7 +48,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    const state = model.data[MIME_TYPE] as unknown as AnswerState | undefined;
+    const state = model.data[MIME_TYPE] as unknown as IAnswerState | undefined;
     if (!state || !Array.isArray(state.rounds)) {
       return;
     }
@@ -202,7 +202,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
     }
   }
 
-  private _hasPendingCall(state: AnswerState): boolean {
+  private _hasPendingCall(state: IAnswerState): boolean {
     return Object.values(state.tool_calls ?? {}).some(call => call.decision === 'pending');
   }
 

@@ -1,7 +1,7 @@
 /**
  * What the side panel says of a model or a task, with no DOM.
  */
-import { formatRate, type LmspModel, type LmspTask } from './render';
+import { formatRate, type ILmspModel, type ILmspTask } from './render';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {
@@ -17,7 +17,7 @@ export function formatBytes(bytes: number): string {
 
 /** The details line of a model: its file size (or the remote server serving it), window and
  * capabilities. */
-export function modelDetails(model: LmspModel): string[] {
+export function modelDetails(model: ILmspModel): string[] {
   return [
     model.size_bytes === null ? `remote: ${model.owned_by}` : formatBytes(model.size_bytes),
     `${model.context_length.toLocaleString()} ctx`,
@@ -29,7 +29,7 @@ export function modelDetails(model: LmspModel): string[] {
  * Output tokens per second of a finished task. The task's times are whole seconds, so a run
  * that started and ended within the same second only gives a lower bound.
  */
-export function taskRate(task: LmspTask): string {
+export function taskRate(task: ILmspTask): string {
   const tokens = task.result?.usage?.output_tokens;
   if (tokens === undefined || task.started_at === null || task.completed_at === null) {
     return '';

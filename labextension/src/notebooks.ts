@@ -13,7 +13,7 @@ import type { PartialJSONObject } from '@lumino/coreutils';
 
 import { listTasks } from './api';
 import { MIME_TYPE } from './mime';
-import { DismissedAsks, planRestorations, type CellSummary } from './restore';
+import { DismissedAsks, planRestorations, type ICellSummary } from './restore';
 
 /** How many of a notebook's newest tasks are looked at (the listing's maximum). */
 const RECENT_TASKS = 100;
@@ -49,7 +49,7 @@ function askIds(cell: ICodeCellModel): string[] {
   return outputAskIds(cell).filter((askId): askId is string => askId !== null);
 }
 
-function summary(cell: ICodeCellModel): CellSummary {
+function summary(cell: ICodeCellModel): ICellSummary {
   const outputs = outputAskIds(cell).map(askId => ({ askId }));
   const saved = cell.getMetadata(CELL_METADATA_KEY) as { dismissed?: unknown } | undefined;
   return {

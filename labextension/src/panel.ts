@@ -10,7 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { Poller, cancelTask, changeModel, listModels, listTasks } from './api';
 import { formatBytes, modelDetails, taskRate } from './models';
-import { isRunning, type LmspModel, type LmspModels, type LmspTask } from './render';
+import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render';
 import { element } from './render/dom';
 import '../style/panel.css';
 
@@ -112,7 +112,7 @@ export class LmspPanel extends Widget {
     super.dispose();
   }
 
-  private showModels({ models, notices }: LmspModels): void {
+  private showModels({ models, notices }: ILmspModels): void {
     const json = JSON.stringify([models, notices]);
     if (json === this.shown.models) {
       return;
@@ -137,7 +137,7 @@ export class LmspPanel extends Widget {
     }
   }
 
-  private modelRow(model: LmspModel): HTMLLIElement {
+  private modelRow(model: ILmspModel): HTMLLIElement {
     const row = element('li', 'lmsp-panel-model');
     row.dataset.modelId = model.id;
     row.dataset.status = model.status;
@@ -207,7 +207,7 @@ export class LmspPanel extends Widget {
     await this.refresh();
   }
 
-  private showTasks(tasks: LmspTask[]): void {
+  private showTasks(tasks: ILmspTask[]): void {
     const json = JSON.stringify(tasks.map(({ result, ...rest }) => [rest, result?.usage]));
     if (json === this.shown.tasks) {
       return;
@@ -220,7 +220,7 @@ export class LmspPanel extends Widget {
     );
   }
 
-  private taskRow(task: LmspTask): HTMLLIElement {
+  private taskRow(task: ILmspTask): HTMLLIElement {
     const row = element('li', 'lmsp-panel-task');
     row.dataset.taskId = task.id;
     row.dataset.status = task.status;

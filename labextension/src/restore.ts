@@ -9,32 +9,32 @@
  */
 import {
   isRunning,
-  type AnswerState,
+  type IAnswerState,
   type AnswerStatus,
-  type LmspTask,
-  type OutputFunctionCall,
-  type Response
+  type ILmspTask,
+  type IOutputFunctionCall,
+  type IResponse
 } from './render';
 
 /** What the plan needs to know of one output of a cell. */
-export interface OutputSummary {
+export interface IOutputSummary {
   /** The ask an LMSP answer output shows; null for any other output. */
   askId: string | null;
 }
 
 /** What the plan needs to know of one code cell. */
-export interface CellSummary {
+export interface ICellSummary {
   id: string;
   source: string;
-  outputs: OutputSummary[];
+  outputs: IOutputSummary[];
   /** The ask whose answer was cleared from this cell on purpose, as saved in its metadata. */
   dismissed: string | null;
 }
 
 /** One answer to put back: the cell, and the output's state and text. */
-export interface Restoration {
+export interface IRestoration {
   cellId: string;
-  state: AnswerState;
+  state: IAnswerState;
   text: string;
 }
 
@@ -52,31 +52,31 @@ export function sourceHash(source: string): string {
 }
 
 /** The text of a response's messages. */
-function messageText(response: Response): string {
+function messageText(response: IResponse): string {
   return response.output
     .flatMap(item => (item.type === 'message' ? item.content.map(part => part.text) : []))
     .join('');
 }
 
 /** The ask a task belongs to: its `ask` metadata, else the task alone. */
-function askOf(task: LmspTask): string {
+function askOf(task: ILmspTask): string {
   return task.metadata?.ask ?? task.id;
 }
 
 /** The answers to restore. `tasks` are the notebook's tasks, newest first (the listing). */
 export function planRestorations(
-  tasks: readonly LmspTask[],
-  cells: readonly CellSummary[],
+  tasks: readonly ILmspTask[],
+  cells: readonly ICellSummary[],
   dismissed: ReadonlySet<string>
-): Restoration[] {
-  const byCell = new Map<string, LmspTask[]>();
+): IRestoration[] {
+  const byCell = new Map<string, ILmspTask[]>();
   for (const task of tasks) {
     const cell = task.metadata?.cell;
     if (cell) {
       byCell.set(cell, [...(byCell.get(cell) ?? []), task]);
     }
   }
-  const plan: Restoration[] = [];
+  const plan: IRestoration[] = [];
   for (const cell of cells) {
     const cellTasks = byCell.get(cell.id);
     if (!cellTasks) {
@@ -101,9 +101,9 @@ export function planRestorations(
 }
 
 /** The function calls a response ended with. */
-function functionCalls(response: Response): OutputFunctionCall[] {
+function functionCalls(response: IResponse): IOutputFunctionCall[] {
   return response.output.filter(
-    (item): item is OutputFunctionCall => item.type === 'function_call'
+    (item): item is IOutputFunctionCall => item.type === 'function_call'
   );
 }
 
@@ -114,7 +114,7 @@ function functionCalls(response: Response): OutputFunctionCall[] {
  * `pending` with its Approve and Deny, which the kernel takes if it still has the ask (a call
  * the kernel runs or has decided on meanwhile ignores the click).
  */
-function restoration(cellId: string, askId: string, rounds: LmspTask[]): Restoration {
+function restoration(cellId: string, askId: string, rounds: ILmspTask[]): IRestoration {
   const last = rounds[rounds.length - 1];
   const result = last.result;
   const running = isRunning(last);
@@ -130,7 +130,7 @@ function restoration(cellId: string, askId: string, rounds: LmspTask[]): Restora
       { name: call.name, arguments: call.arguments, decision: 'pending' as const, output: null }
     ])
   );
-  const state: AnswerState = {
+  const state: IAnswerState = {
     version: 1,
     ask_id: askId,
     kernel_id: last.metadata?.kernel ?? null,

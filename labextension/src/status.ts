@@ -12,7 +12,7 @@ import '../style/panel.css';
 const POLL_MS = 2000;
 
 /** What the item shows. */
-export interface LmspStatus {
+export interface ILmspStatus {
   /** The loaded model, or null when none is in memory. */
   model: string | null;
   /** Whether a task is in progress. */
@@ -48,7 +48,7 @@ export class LmspStatusItem extends Widget {
   }
 
   /** Show a status. */
-  render(status: LmspStatus): void {
+  render(status: ILmspStatus): void {
     const model = status.model ?? 'no model loaded';
     this.node.dataset.state = status.generating ? 'generating' : 'idle';
     this.toggleClass('lmsp-status-generating', status.generating);

@@ -3,20 +3,20 @@
  * `state` trait, live events from the kernel's custom messages, clicks back to it.
  */
 import css from '../style/base.css';
-import { AnswerView, type AnswerState, type TaskEvent } from './render';
+import { AnswerView, type IAnswerState, type ITaskEvent } from './render';
 
 /** The part of anywidget's model this view uses. */
-interface AnswerModel {
-  get(name: 'state'): AnswerState | Record<string, never>;
+interface IAnswerModel {
+  get(name: 'state'): IAnswerState | Record<string, never>;
   on(name: string, callback: (...args: any[]) => void): void;
   off(name: string, callback: (...args: any[]) => void): void;
   send(content: Record<string, unknown>): void;
 }
 
-interface EventsMessage {
+interface IEventsMessage {
   type: 'events';
   task_id: string;
-  events: TaskEvent[];
+  events: ITaskEvent[];
 }
 
 const STYLE_ID = 'lmsp-answer-style';
@@ -30,13 +30,13 @@ function injectStyle(): void {
   }
 }
 
-function isState(value: unknown): value is AnswerState {
+function isState(value: unknown): value is IAnswerState {
   return (
-    typeof value === 'object' && value !== null && Array.isArray((value as AnswerState).rounds)
+    typeof value === 'object' && value !== null && Array.isArray((value as IAnswerState).rounds)
   );
 }
 
-function render({ model, el }: { model: AnswerModel; el: HTMLElement }): () => void {
+function render({ model, el }: { model: IAnswerModel; el: HTMLElement }): () => void {
   injectStyle();
   const view = new AnswerView({
     stop: () => model.send({ type: 'stop' }),
@@ -49,7 +49,7 @@ function render({ model, el }: { model: AnswerModel; el: HTMLElement }): () => v
       view.setState(state);
     }
   };
-  const onMessage = (message: EventsMessage): void => {
+  const onMessage = (message: IEventsMessage): void => {
     if (message?.type === 'events' && Array.isArray(message.events)) {
       view.applyEvents(message.task_id, message.events);
     }

@@ -1,11 +1,11 @@
 /** Events and states as the service and the kernel send them. */
-import type { AnswerState, TaskEvent } from '../src/render';
+import type { IAnswerState, ITaskEvent } from '../src/render';
 
 export const TASK = 'task_01';
 export const RESP = 'resp_01';
 export const MSG = 'msg_01';
 
-export function state(overrides: Partial<AnswerState> = {}): AnswerState {
+export function state(overrides: Partial<IAnswerState> = {}): IAnswerState {
   return {
     version: 1,
     ask_id: 'ask_1',
@@ -19,11 +19,11 @@ export function state(overrides: Partial<AnswerState> = {}): AnswerState {
   };
 }
 
-export function created(id = 1): TaskEvent {
+export function created(id = 1): ITaskEvent {
   return { id, event: 'response.created', data: { response_id: RESP, status: 'in_progress' } };
 }
 
-export function messageAdded(id: number, itemId = MSG): TaskEvent {
+export function messageAdded(id: number, itemId = MSG): ITaskEvent {
   return {
     id,
     event: 'response.output_item.added',
@@ -35,7 +35,7 @@ export function messageAdded(id: number, itemId = MSG): TaskEvent {
   };
 }
 
-export function textDelta(id: number, delta: string, itemId = MSG): TaskEvent {
+export function textDelta(id: number, delta: string, itemId = MSG): ITaskEvent {
   return {
     id,
     event: 'response.output_text.delta',
@@ -43,7 +43,7 @@ export function textDelta(id: number, delta: string, itemId = MSG): TaskEvent {
   };
 }
 
-export function messageDone(id: number, text: string, itemId = MSG): TaskEvent {
+export function messageDone(id: number, text: string, itemId = MSG): ITaskEvent {
   return {
     id,
     event: 'response.output_item.done',
@@ -60,7 +60,7 @@ export function messageDone(id: number, text: string, itemId = MSG): TaskEvent {
   };
 }
 
-export function completed(id: number, outputTokens = 3): TaskEvent {
+export function completed(id: number, outputTokens = 3): ITaskEvent {
   return {
     id,
     event: 'response.completed',

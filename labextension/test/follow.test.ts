@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 
 import { TaskFollower, type FollowEnd } from '../src/follow';
-import type { TaskEvent } from '../src/render';
+import type { ITaskEvent } from '../src/render';
 import { SseParser, toTaskEvent } from '../src/sse';
 
 const URL = '/lmsp/v1/tasks/task_01/events';
@@ -47,7 +47,7 @@ function problemReply(status: number, code: string): globalThis.Response {
 
 function follow(replies: globalThis.Response[], after = 0) {
   const urls: string[] = [];
-  const received: TaskEvent[][] = [];
+  const received: ITaskEvent[][] = [];
   const ends: FollowEnd[] = [];
   const follower = new TaskFollower({
     url: URL,

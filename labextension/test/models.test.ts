@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 
-import type { LmspModel } from '../src/render';
+import type { ILmspModel } from '../src/render';
 import { modelDetails } from '../src/models';
 
-function model(fields: Partial<LmspModel>): LmspModel {
+function model(fields: Partial<ILmspModel>): ILmspModel {
   return {
     id: 'gemma3:270m-q4_k_m',
     status: 'available',

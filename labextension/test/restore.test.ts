@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 
-import type { LmspTask, Response } from '../src/render';
-import { DismissedAsks, planRestorations, sourceHash, type CellSummary } from '../src/restore';
+import type { ILmspTask, IResponse } from '../src/render';
+import { DismissedAsks, planRestorations, sourceHash, type ICellSummary } from '../src/restore';
 
 const SOURCE = '%lmsp ask --max-tokens 8 Once upon a time';
 
-function result(text: string, status: Response['status'] = 'completed'): Response {
+function result(text: string, status: IResponse['status'] = 'completed'): IResponse {
   return {
     id: 'resp_x',
     status,
@@ -19,9 +19,9 @@ function result(text: string, status: Response['status'] = 'completed'): Respons
 function task(
   id: string,
   metadata: Record<string, string>,
-  status: LmspTask['status'] = 'completed',
+  status: ILmspTask['status'] = 'completed',
   text = 'a story'
-): LmspTask {
+): ILmspTask {
   const final = status !== 'queued' && status !== 'in_progress';
   return {
     id,
@@ -29,12 +29,12 @@ function task(
     created_at: 1,
     started_at: 1,
     completed_at: final ? 2 : null,
-    result: final ? result(text, status as Response['status']) : null,
+    result: final ? result(text, status as IResponse['status']) : null,
     metadata: { notebook: 'n.ipynb', source_hash: sourceHash(SOURCE), kernel: 'k1', ...metadata }
   };
 }
 
-function cell(overrides: Partial<CellSummary> = {}): CellSummary {
+function cell(overrides: Partial<ICellSummary> = {}): ICellSummary {
   return { id: 'c1', source: SOURCE, outputs: [], dismissed: null, ...overrides };
 }
 
@@ -139,7 +139,7 @@ describe('planRestorations', () => {
       task('task_3', { cell: 'c1', ask: 'ask_2' }),
       task('task_2', { cell: 'c1', ask: 'ask_1' })
     ];
-    const plan = (outputs: CellSummary['outputs']) =>
+    const plan = (outputs: ICellSummary['outputs']) =>
       planRestorations(tasks, [cell({ outputs })], new Set()).map(r => r.state.ask_id);
     expect(plan([{ askId: 'ask_1' }])).toEqual(['ask_2']);
     expect(plan([{ askId: 'ask_2' }])).toEqual([]); // already shown

@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { AnswerView, type AnswerActions } from '../src/render';
+import { AnswerView, type IAnswerActions } from '../src/render';
 import {
   MSG,
   RESP,
@@ -15,7 +15,7 @@ import {
 
 let frames: (() => void)[];
 let clock: number;
-let actions: AnswerActions & { stop: ReturnType<typeof vi.fn>; decide: ReturnType<typeof vi.fn> };
+let actions: IAnswerActions & { stop: ReturnType<typeof vi.fn>; decide: ReturnType<typeof vi.fn> };
 
 function makeView(): AnswerView {
   return new AnswerView(actions, {

@@ -8,19 +8,19 @@ import {
   isFinal,
   roundFromResponse,
   tokensPerSecond,
-  type RoundView
+  type IRoundView
 } from './reducer';
-import type { AnswerState, AnswerStatus, TaskEvent, Usage } from './types';
+import type { IAnswerState, AnswerStatus, ITaskEvent, IUsage } from './types';
 
 const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);
 
 /** An `AnswerState` with the live rounds reduced from events. */
 export class Answer {
-  private _state: AnswerState | null = null;
-  private readonly _live = new Map<string, RoundView>();
+  private _state: IAnswerState | null = null;
+  private readonly _live = new Map<string, IRoundView>();
 
   /** The durable state last set, if any. */
-  get state(): AnswerState | null {
+  get state(): IAnswerState | null {
     return this._state;
   }
 
@@ -28,7 +28,7 @@ export class Answer {
    * Take a new durable state. Live rounds are kept after their response is saved:
    * their timing still tells the tokens per second.
    */
-  setState(state: AnswerState): void {
+  setState(state: IAnswerState): void {
     this._state = state;
   }
 
@@ -36,7 +36,7 @@ export class Answer {
    * Apply events of task `taskId` that arrived at `now` (ms). Returns whether anything
    * changed: events of other tasks, finished rounds and already applied ids change nothing.
    */
-  applyEvents(taskId: string, events: readonly TaskEvent[], now: number): boolean {
+  applyEvents(taskId: string, events: readonly ITaskEvent[], now: number): boolean {
     if (!this.runningTaskIds().includes(taskId)) {
       return false;
     }
@@ -67,7 +67,7 @@ export class Answer {
   }
 
   /** Every round, finished ones from their saved response, running ones from events. */
-  rounds(): RoundView[] {
+  rounds(): IRoundView[] {
     return (this._state?.rounds ?? []).map(round =>
       round.response
         ? roundFromResponse(round.task_id, round.response)
@@ -99,10 +99,10 @@ export class Answer {
   }
 
   /** Tokens of all rounds with known usage, or null when none is known. */
-  usage(): Usage | null {
+  usage(): IUsage | null {
     const known = this.rounds()
       .map(round => round.usage)
-      .filter((usage): usage is Usage => usage !== null);
+      .filter((usage): usage is IUsage => usage !== null);
     if (known.length === 0) {
       return null;
     }

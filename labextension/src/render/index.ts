@@ -8,9 +8,9 @@ export {
   isFinal,
   roundFromResponse,
   tokensPerSecond,
-  type ItemView,
-  type RoundTiming,
-  type RoundView
+  type IItemView,
+  type IRoundTiming,
+  type IRoundView
 } from './reducer';
 export * from './types';
-export { AnswerView, type AnswerActions, type AnswerViewOptions } from './view';
+export { AnswerView, type IAnswerActions, type IAnswerViewOptions } from './view';

@@ -4,11 +4,11 @@
  * call shows its arguments, output and, while it waits for the user, Approve and Deny.
  */
 import { renderMarkdown, textEnd } from './markdown';
-import type { ItemView, RoundView } from './reducer';
-import type { ToolCallState } from './types';
+import type { IItemView, IRoundView } from './reducer';
+import type { IToolCallState } from './types';
 import { element } from './dom';
 
-interface MessageDom {
+interface IMessageDom {
   node: HTMLElement;
   tail: Text;
   /** The text the node shows: rendered Markdown followed by the tail. */
@@ -17,19 +17,19 @@ interface MessageDom {
   rendered: boolean;
 }
 
-interface ItemDom {
+interface IItemDom {
   node: HTMLElement;
   /** What the node was last drawn from; unchanged keys are not redrawn. */
   key: string;
-  message?: MessageDom;
+  message?: IMessageDom;
   body?: Text;
 }
 
 /** A round's element, its end note (kept last) and its items by id. */
-export interface RoundDom {
+export interface IRoundDom {
   node: HTMLElement;
   end: HTMLElement;
-  items: Map<string, ItemDom>;
+  items: Map<string, IItemDom>;
 }
 
 function prettyArguments(text: string): string {
@@ -48,7 +48,7 @@ export class ItemsDom {
   private readonly _decide: (callId: string, decision: 'approve' | 'deny') => void;
   private readonly _requestFrame: (callback: () => void) => void;
   private readonly _sent = new Set<string>();
-  private readonly _dirtyMessages = new Set<MessageDom>();
+  private readonly _dirtyMessages = new Set<IMessageDom>();
   private _frameRequested = false;
 
   constructor(
@@ -65,7 +65,7 @@ export class ItemsDom {
   }
 
   /** Bring the items of `dom` up to `round`; `calls` are the ask's decided function calls. */
-  update(dom: RoundDom, round: RoundView, calls: Record<string, ToolCallState>): void {
+  update(dom: IRoundDom, round: IRoundView, calls: Record<string, IToolCallState>): void {
     const ids = new Set(round.items.map(item => item.id));
     for (const [id, itemDom] of Array.from(dom.items)) {
       if (!ids.has(id)) {
@@ -94,7 +94,7 @@ export class ItemsDom {
     }
   }
 
-  private _createItem(item: ItemView): ItemDom {
+  private _createItem(item: IItemView): IItemDom {
     if (item.type === 'message') {
       const node = element('div', 'lmsp-message jp-RenderedHTMLCommon');
       const tail = document.createTextNode('');
@@ -120,7 +120,7 @@ export class ItemsDom {
     return { node, key: '' };
   }
 
-  private _updateMessage(dom: MessageDom, item: ItemView): void {
+  private _updateMessage(dom: IMessageDom, item: IItemView): void {
     if (item.text.startsWith(dom.shown)) {
       const delta = item.text.slice(dom.shown.length);
       if (delta) {
@@ -144,7 +144,7 @@ export class ItemsDom {
     }
   }
 
-  private _renderMessage(dom: MessageDom, done: boolean): void {
+  private _renderMessage(dom: IMessageDom, done: boolean): void {
     this._dirtyMessages.delete(dom);
     renderMarkdown(dom.node, dom.shown);
     const end = textEnd(dom.node);
@@ -169,7 +169,7 @@ export class ItemsDom {
     });
   }
 
-  private _updateReasoning(dom: ItemDom, item: ItemView): void {
+  private _updateReasoning(dom: IItemDom, item: IItemView): void {
     const body = dom.body!;
     if (item.text.startsWith(body.data)) {
       body.appendData(item.text.slice(body.data.length));
@@ -180,10 +180,10 @@ export class ItemsDom {
   }
 
   private _updateCall(
-    dom: ItemDom,
-    item: ItemView,
-    round: RoundView,
-    call: ToolCallState | undefined
+    dom: IItemDom,
+    item: IItemView,
+    round: IRoundView,
+    call: IToolCallState | undefined
   ): void {
     const decision =
       call?.decision ?? (item.done && round.status !== 'in_progress' ? 'pending' : 'generating');

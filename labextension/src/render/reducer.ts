@@ -1,10 +1,10 @@
 /**
  * A pure reducer from LMSP events to the view of one round (one task's response).
  */
-import type { OutputItem, Problem, Response, ResponseStatus, TaskEvent, Usage } from './types';
+import type { OutputItem, IProblem, IResponse, ResponseStatus, ITaskEvent, IUsage } from './types';
 
 /** One output item as far as it has arrived. */
-export interface ItemView {
+export interface IItemView {
   readonly id: string;
   readonly type: OutputItem['type'];
   readonly outputIndex: number;
@@ -16,7 +16,7 @@ export interface ItemView {
 }
 
 /** When deltas arrived, to tell tokens per second; times in ms of the host's clock. */
-export interface RoundTiming {
+export interface IRoundTiming {
   /** Arrival of the first batch applied; replayed events all come in it. */
   readonly firstBatchAt: number;
   readonly deltasInFirstBatch: number;
@@ -24,23 +24,23 @@ export interface RoundTiming {
 }
 
 /** One round: a task's response, live or finished. */
-export interface RoundView {
+export interface IRoundView {
   readonly taskId: string;
   readonly responseId: string | null;
   readonly status: 'queued' | ResponseStatus;
-  readonly items: readonly ItemView[];
-  readonly usage: Usage | null;
+  readonly items: readonly IItemView[];
+  readonly usage: IUsage | null;
   readonly incompleteReason: string | null;
-  readonly error: Problem | null;
+  readonly error: IProblem | null;
   /** Id of the last event applied; events at or below it are ignored. */
   readonly lastEventId: number;
   /** Delta events applied: about one per generated token. */
   readonly deltas: number;
-  readonly timing: RoundTiming | null;
+  readonly timing: IRoundTiming | null;
 }
 
 /** A round of which nothing has arrived yet. */
-export function emptyRound(taskId: string): RoundView {
+export function emptyRound(taskId: string): IRoundView {
   return {
     taskId,
     responseId: null,
@@ -56,7 +56,7 @@ export function emptyRound(taskId: string): RoundView {
 }
 
 /** The view of an output item delivered whole. */
-export function itemView(item: OutputItem, outputIndex: number, done: boolean): ItemView {
+export function itemView(item: OutputItem, outputIndex: number, done: boolean): IItemView {
   switch (item.type) {
     case 'message':
       return {
@@ -98,7 +98,7 @@ function isOutputItem(value: unknown): value is OutputItem {
 }
 
 /** The view of a finished round from its saved response. */
-export function roundFromResponse(taskId: string, response: Response): RoundView {
+export function roundFromResponse(taskId: string, response: IResponse): IRoundView {
   return {
     ...emptyRound(taskId),
     responseId: response.id,
@@ -110,7 +110,7 @@ export function roundFromResponse(taskId: string, response: Response): RoundView
   };
 }
 
-function placeItem(items: readonly ItemView[], next: ItemView): ItemView[] {
+function placeItem(items: readonly IItemView[], next: IItemView): IItemView[] {
   const at = items.findIndex(item => item.id === next.id);
   if (at >= 0) {
     return items.map((item, i) => (i === at ? next : item));
@@ -119,10 +119,10 @@ function placeItem(items: readonly ItemView[], next: ItemView): ItemView[] {
 }
 
 function appendText(
-  items: readonly ItemView[],
+  items: readonly IItemView[],
   itemId: unknown,
   delta: unknown
-): ItemView[] | null {
+): IItemView[] | null {
   if (typeof delta !== 'string') {
     return null;
   }
@@ -133,12 +133,12 @@ function appendText(
   return items.map((item, i) => (i === at ? { ...item, text: item.text + delta } : item));
 }
 
-function usageOf(data: Record<string, unknown>): Usage | null {
-  const usage = data.usage as Usage | undefined;
+function usageOf(data: Record<string, unknown>): IUsage | null {
+  const usage = data.usage as IUsage | undefined;
   return usage && typeof usage.output_tokens === 'number' ? usage : null;
 }
 
-function applyOne(round: RoundView, event: TaskEvent): RoundView {
+function applyOne(round: IRoundView, event: ITaskEvent): IRoundView {
   const data = event.data ?? {};
   switch (event.event) {
     case 'response.created':
@@ -179,7 +179,7 @@ function applyOne(round: RoundView, event: TaskEvent): RoundView {
     }
     case 'response.failed':
     case 'error':
-      return { ...round, status: 'failed', error: (data.error as Problem) ?? null };
+      return { ...round, status: 'failed', error: (data.error as IProblem) ?? null };
     case 'response.cancelled':
       return { ...round, status: 'cancelled' };
     default:
@@ -193,10 +193,10 @@ function applyOne(round: RoundView, event: TaskEvent): RoundView {
  * unknown event names are ignored as the spec requires.
  */
 export function applyEvents(
-  round: RoundView,
-  events: readonly TaskEvent[],
+  round: IRoundView,
+  events: readonly ITaskEvent[],
   now: number
-): RoundView {
+): IRoundView {
   let next = round;
   for (const event of events) {
     if (!Number.isInteger(event.id) || event.id <= next.lastEventId) {
@@ -207,14 +207,14 @@ export function applyEvents(
   if (next === round) {
     return round;
   }
-  const timing: RoundTiming = round.timing
+  const timing: IRoundTiming = round.timing
     ? { ...round.timing, lastAt: now }
     : { firstBatchAt: now, deltasInFirstBatch: next.deltas, lastAt: now };
   return { ...next, timing };
 }
 
 /** Whether the round has ended (a final event was applied or it came from a response). */
-export function isFinal(round: RoundView): boolean {
+export function isFinal(round: IRoundView): boolean {
   return round.status !== 'queued' && round.status !== 'in_progress';
 }
 
@@ -223,7 +223,7 @@ export function isFinal(round: RoundView): boolean {
  * Replayed events arrive in the first batch, so the rate counts from it; once usage is
  * known and the round was watched from its start, the exact output tokens are used.
  */
-export function tokensPerSecond(round: RoundView): number | null {
+export function tokensPerSecond(round: IRoundView): number | null {
   const timing = round.timing;
   if (!timing) {
     return null;

@@ -11,7 +11,7 @@ export type AnswerStatus = 'queued' | 'requires_action' | ResponseStatus;
 export type Decision = 'pending' | 'approved' | 'denied' | 'auto';
 
 /** An RFC 9457 problem document. */
-export interface Problem {
+export interface IProblem {
   type?: string;
   title?: string;
   status?: number;
@@ -20,25 +20,25 @@ export interface Problem {
   param?: string | null;
 }
 
-export interface Usage {
+export interface IUsage {
   input_tokens: number;
   output_tokens: number;
   total_tokens: number;
 }
 
-export interface OutputText {
+export interface IOutputText {
   type: 'output_text';
   text: string;
 }
 
-export interface OutputMessage {
+export interface IOutputMessage {
   type: 'message';
   id: string;
   role: 'assistant';
-  content: OutputText[];
+  content: IOutputText[];
 }
 
-export interface OutputFunctionCall {
+export interface IOutputFunctionCall {
   type: 'function_call';
   id: string;
   call_id: string;
@@ -46,36 +46,36 @@ export interface OutputFunctionCall {
   arguments: string;
 }
 
-export interface OutputReasoning {
+export interface IOutputReasoning {
   type: 'reasoning';
   id: string;
   summary: { type: 'summary_text'; text: string }[];
 }
 
-export type OutputItem = OutputMessage | OutputFunctionCall | OutputReasoning;
+export type OutputItem = IOutputMessage | IOutputFunctionCall | IOutputReasoning;
 
 /** A response object (6.2). */
-export interface Response {
+export interface IResponse {
   id: string;
   object?: 'response';
   created_at?: number;
   status: ResponseStatus;
   model: string;
   output: OutputItem[];
-  usage?: Usage | null;
-  error?: Problem | null;
+  usage?: IUsage | null;
+  error?: IProblem | null;
   incomplete_details?: { reason: string } | null;
 }
 
 /** One numbered event of a response stream: SSE `id`, `event` and parsed `data`. */
-export interface TaskEvent {
+export interface ITaskEvent {
   id: number;
   event: string;
   data: Record<string, unknown>;
 }
 
 /** A function call of a finished round and what became of it. */
-export interface ToolCallState {
+export interface IToolCallState {
   name: string;
   arguments: string;
   decision: Decision;
@@ -83,23 +83,23 @@ export interface ToolCallState {
 }
 
 /** One task of an ask; `response` is null while it runs. */
-export interface RoundState {
+export interface IRoundState {
   task_id: string;
-  response: Response | null;
+  response: IResponse | null;
   /** Seconds from the first output token to the end, as the kernel watched it live. */
   seconds?: number | null;
 }
 
 /** The durable state of one ask, as the kernel displays it. */
-export interface AnswerState {
+export interface IAnswerState {
   version: number;
   ask_id: string;
   kernel_id: string | null;
   model: string;
   status: AnswerStatus;
-  rounds: RoundState[];
-  tool_calls: Record<string, ToolCallState>;
-  error: Problem | null;
+  rounds: IRoundState[];
+  tool_calls: Record<string, IToolCallState>;
+  error: IProblem | null;
 }
 
 /** The events that end a stream; exactly one ends each (6.3). */
@@ -112,13 +112,13 @@ export const FINAL_EVENTS: ReadonlySet<string> = new Set([
 ]);
 
 /** What this service adds to a model that is loading: how far it has come. */
-export interface LmspLoadingProgress {
+export interface ILmspLoadingProgress {
   stage: string;
   fraction: number | null;
 }
 
 /** A model the service can run (LMSP 1.0 section 8). */
-export interface LmspModel {
+export interface ILmspModel {
   id: string;
   status: 'available' | 'loading' | 'loaded' | 'unavailable';
   /** Null for a model served by a remote server (its file is not here). */
@@ -131,30 +131,30 @@ export interface LmspModel {
   memory_bytes?: number;
   loaded_at?: number;
   expires_at?: number | null;
-  extensions?: { 'x-lmsp-jupyter'?: { loading?: LmspLoadingProgress | null } };
+  extensions?: { 'x-lmsp-jupyter'?: { loading?: ILmspLoadingProgress | null } };
 }
 
 /** The models, and why configured model directories give none. */
-export interface LmspModels {
-  models: LmspModel[];
+export interface ILmspModels {
+  models: ILmspModel[];
   notices: string[];
 }
 
 /** The parts of a task (LMSP 1.0 section 7) the panel and the status bar show. */
-export interface LmspTask {
+export interface ILmspTask {
   id: string;
   status: 'queued' | 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
   created_at: number;
   started_at: number | null;
   completed_at: number | null;
   queue_position?: number;
-  result: Response | null;
-  error?: Problem | null;
+  result: IResponse | null;
+  error?: IProblem | null;
   /** The request's metadata: where a kernel's ask came from (notebook, cell, kernel, ask). */
   metadata?: Record<string, string>;
 }
 
 /** A task that has not reached a final status yet. */
-export function isRunning(task: LmspTask): boolean {
+export function isRunning(task: ILmspTask): boolean {
   return task.status === 'queued' || task.status === 'in_progress';
 }

@@ -3,19 +3,19 @@
  * rounds (their items drawn by `ItemsDom`, then how each ended) and notes.
  */
 import { Answer } from './answer';
-import { ItemsDom, type RoundDom } from './items';
-import { formatRate, type RoundView } from './reducer';
-import type { AnswerState, TaskEvent, ToolCallState } from './types';
+import { ItemsDom, type IRoundDom } from './items';
+import { formatRate, type IRoundView } from './reducer';
+import type { IAnswerState, ITaskEvent, IToolCallState } from './types';
 import { element } from './dom';
 
 /** What the view's buttons ask the host to do. */
-export interface AnswerActions {
+export interface IAnswerActions {
   stop(): void;
   decide(callId: string, decision: 'approve' | 'deny'): void;
 }
 
 /** Host hooks; tests replace the clock and the frame scheduler. */
-export interface AnswerViewOptions {
+export interface IAnswerViewOptions {
   now?: () => number;
   requestFrame?: (callback: () => void) => void;
 }
@@ -29,7 +29,7 @@ export class AnswerView {
   readonly node: HTMLDivElement;
   readonly answer = new Answer();
 
-  private readonly _actions: AnswerActions;
+  private readonly _actions: IAnswerActions;
   private readonly _now: () => number;
   private readonly _items: ItemsDom;
   private readonly _status = element('span', 'lmsp-status');
@@ -41,13 +41,13 @@ export class AnswerView {
   private readonly _note = element('div', 'lmsp-note');
   private readonly _error = element('div', 'lmsp-error');
   private readonly _roundsNode = element('div', 'lmsp-rounds');
-  private readonly _rounds = new Map<string, RoundDom>();
+  private readonly _rounds = new Map<string, IRoundDom>();
   private _stopSent = false;
   private _actionsEnabled = true;
   private _actionsNote = '';
   private _hostNote = '';
 
-  constructor(actions: AnswerActions, options: AnswerViewOptions = {}) {
+  constructor(actions: IAnswerActions, options: IAnswerViewOptions = {}) {
     this._actions = actions;
     this._now = options.now ?? (() => performance.now());
     this._items = new ItemsDom(
@@ -68,7 +68,7 @@ export class AnswerView {
   }
 
   /** Show a new durable state (a round started or ended, a decision changed). */
-  setState(state: AnswerState): void {
+  setState(state: IAnswerState): void {
     this.answer.setState(state);
     this._items.clearSent();
     this._stopSent = false;
@@ -76,7 +76,7 @@ export class AnswerView {
   }
 
   /** Apply live events of `taskId`; ids already applied are ignored. */
-  applyEvents(taskId: string, events: readonly TaskEvent[]): void {
+  applyEvents(taskId: string, events: readonly ITaskEvent[]): void {
     if (this.answer.applyEvents(taskId, events, this._now())) {
       this._update();
     }
@@ -133,7 +133,7 @@ export class AnswerView {
     this._note.hidden = note === '';
   }
 
-  private _updateRounds(rounds: RoundView[], calls: Record<string, ToolCallState>): void {
+  private _updateRounds(rounds: IRoundView[], calls: Record<string, IToolCallState>): void {
     const seen = new Set<string>();
     for (const round of rounds) {
       seen.add(round.taskId);
@@ -160,7 +160,7 @@ export class AnswerView {
     }
   }
 
-  private _updateRoundEnd(node: HTMLElement, round: RoundView): void {
+  private _updateRoundEnd(node: HTMLElement, round: IRoundView): void {
     let text = '';
     if (round.status === 'incomplete') {
       text = `Stopped early: ${round.incompleteReason ?? 'unknown reason'}.`;
