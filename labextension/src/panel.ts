@@ -8,14 +8,13 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { Poller, cancelTask, changeModel, listModels, listTasks } from './api';
+import { cancelTask, changeModel } from './api';
 import { formatBytes, modelDetails, taskRate } from './models';
+import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
 import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render';
 import { element } from './render/dom';
 import '../style/panel.css';
 
-const POLL_MS = 2000;
-const RECENT_TASKS = 20;
 const SHOW_LOADING_MS = 250;
 
 /** The panel's tab icon: a chip with a spark. */
@@ -57,12 +56,16 @@ export class LmspPanel extends Widget {
   private readonly notices = element('ul', 'lmsp-panel-notices');
   private readonly taskList = element('ul', 'lmsp-panel-tasks');
   private readonly error = element('div', 'lmsp-panel-error');
-  private readonly poller = new Poller(() => this.refresh(), POLL_MS);
+  private readonly monitor: ServiceMonitor;
+  private unwatch: (() => void) | null = null;
   // The JSON last rendered, so an unchanged poll leaves the DOM (and hover, focus) alone.
   private shown = { models: '', tasks: '' };
 
-  constructor() {
+  constructor(monitor: ServiceMonitor = sharedMonitor()) {
     super();
+    this.monitor = monitor;
+    monitor.changed.connect(this.onSnapshot, this);
+    monitor.failed.connect(this.onFailure, this);
     this.id = 'lmsp-panel';
     this.addClass('lmsp-panel');
     this.title.icon = lmspIcon;
@@ -71,7 +74,7 @@ export class LmspPanel extends Widget {
     header.append(element('h2', 'lmsp-panel-title', 'LMSP'));
     const refresh = element('button', 'jp-Button jp-mod-minimal lmsp-panel-refresh', '⟳');
     refresh.title = 'Refresh';
-    refresh.addEventListener('click', () => void this.poller.now());
+    refresh.addEventListener('click', () => void this.refresh());
     header.append(refresh);
     this.node.append(
       header,
@@ -84,32 +87,45 @@ export class LmspPanel extends Widget {
     );
   }
 
-  /** Fetch models and tasks and show them (errors are shown in the panel). */
+  /** Fetch models and tasks now and show them (errors are shown in the panel). */
   async refresh(): Promise<void> {
-    try {
-      const [models, tasks] = await Promise.all([listModels(), listTasks({ limit: RECENT_TASKS })]);
-      this.error.textContent = '';
-      this.showModels(models);
-      this.showTasks(tasks);
-      this.showCountdowns();
-    } catch (reason) {
-      this.error.textContent = `Cannot reach the LMSP service: ${(reason as Error).message}`;
-    }
+    await this.monitor.refresh();
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    this.poller.start();
+    this.unwatch ??= this.monitor.watch(true);
   }
 
   protected onBeforeHide(msg: Message): void {
     super.onBeforeHide(msg);
-    this.poller.stop();
+    this.stopWatching();
   }
 
   dispose(): void {
-    this.poller.stop();
+    this.stopWatching();
+    this.monitor.changed.disconnect(this.onSnapshot, this);
+    this.monitor.failed.disconnect(this.onFailure, this);
     super.dispose();
+  }
+
+  private stopWatching(): void {
+    this.unwatch?.();
+    this.unwatch = null;
+  }
+
+  private onSnapshot(_: ServiceMonitor, { models, recent }: IServiceSnapshot): void {
+    if (recent === null || !this.isVisible) {
+      return; // a poll for the status bar alone, or the panel is hidden
+    }
+    this.error.textContent = '';
+    this.showModels(models);
+    this.showTasks(recent);
+    this.showCountdowns();
+  }
+
+  private onFailure(_: ServiceMonitor, reason: Error): void {
+    this.error.textContent = `Cannot reach the LMSP service: ${reason.message}`;
   }
 
   private showModels({ models, notices }: ILmspModels): void {

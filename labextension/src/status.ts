@@ -6,10 +6,8 @@ import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application'
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-import { Poller, listModels, listTasks } from './api';
+import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
 import '../style/panel.css';
-
-const POLL_MS = 2000;
 
 /** What the item shows. */
 export interface ILmspStatus {
@@ -21,30 +19,29 @@ export interface ILmspStatus {
 
 /** The status-bar widget: `.lmsp-statusbar` with `data-state="idle|generating"`. */
 export class LmspStatusItem extends Widget {
-  private readonly poller = new Poller(() => this.refresh(), POLL_MS);
+  private readonly monitor: ServiceMonitor;
+  private readonly unwatch: () => void;
 
-  constructor() {
+  constructor(monitor: ServiceMonitor = sharedMonitor()) {
     super();
     this.addClass('lmsp-statusbar');
     this.addClass('jp-StatusBar-TextItem');
     this.render({ model: null, generating: false });
-    this.poller.start();
+    this.monitor = monitor;
+    monitor.changed.connect(this.onSnapshot, this);
+    monitor.failed.connect(this.onFailure, this);
+    this.unwatch = monitor.watch(false);
   }
 
-  /** Ask the service which model is loaded and whether a task is in progress. */
-  async refresh(): Promise<void> {
-    try {
-      const [{ models }, running] = await Promise.all([
-        listModels(),
-        listTasks({ status: 'in_progress', limit: 1 })
-      ]);
-      const loaded = models.find(model => model.status === 'loaded');
-      this.render({ model: loaded?.id ?? null, generating: running.length > 0 });
-    } catch (reason) {
-      this.node.dataset.state = 'unreachable';
-      this.node.textContent = 'LMSP: unreachable';
-      this.node.title = (reason as Error).message;
-    }
+  private onSnapshot(_: ServiceMonitor, { models, generating }: IServiceSnapshot): void {
+    const loaded = models.models.find(model => model.status === 'loaded');
+    this.render({ model: loaded?.id ?? null, generating });
+  }
+
+  private onFailure(_: ServiceMonitor, reason: Error): void {
+    this.node.dataset.state = 'unreachable';
+    this.node.textContent = 'LMSP: unreachable';
+    this.node.title = reason.message;
   }
 
   /** Show a status. */
@@ -59,7 +56,9 @@ export class LmspStatusItem extends Widget {
   }
 
   dispose(): void {
-    this.poller.stop();
+    this.unwatch();
+    this.monitor.changed.disconnect(this.onSnapshot, this);
+    this.monitor.failed.disconnect(this.onFailure, this);
     super.dispose();
   }
 }
