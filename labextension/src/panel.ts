@@ -50,6 +50,31 @@ export function expiryText(expiresAt: number | null | undefined, nowSeconds: num
   return left > 0 ? `unloads in ${formatDuration(left)} if idle` : 'unloading';
 }
 
+/** The rows of a list, or one row saying it is `empty`. */
+function rowsOrEmpty(rows: HTMLLIElement[], empty: string): HTMLLIElement[] {
+  return rows.length ? rows : [element('li', 'lmsp-panel-empty', empty)];
+}
+
+/**
+ * A model's or a task's row (`data-model-id` or `data-task-id`, `data-status`) and its first
+ * line: the id and a status badge; the caller adds buttons to the line and details below.
+ */
+function listRow(
+  kind: 'model' | 'task',
+  id: string,
+  status: string
+): { row: HTMLLIElement; line: HTMLDivElement } {
+  const row = element('li', `lmsp-panel-${kind}`);
+  row.dataset[`${kind}Id`] = id;
+  row.dataset.status = status;
+  const line = element('div', 'lmsp-panel-line');
+  line.append(
+    element(kind === 'task' ? 'code' : 'span', `lmsp-panel-${kind}-id`, id),
+    element('span', `lmsp-panel-badge lmsp-panel-status-${status}`, status)
+  );
+  return { row, line };
+}
+
 /** The side panel widget; it polls only while it is visible. */
 export class LmspPanel extends Widget {
   private readonly modelList = element('ul', 'lmsp-panel-models');
@@ -138,9 +163,10 @@ export class LmspPanel extends Widget {
       ...notices.map(notice => element('li', 'lmsp-panel-notice', notice))
     );
     this.modelList.replaceChildren(
-      ...(models.length
-        ? models.map(model => this.modelRow(model))
-        : [element('li', 'lmsp-panel-empty', 'No models')])
+      ...rowsOrEmpty(
+        models.map(model => this.modelRow(model)),
+        'No models'
+      )
     );
   }
 
@@ -154,14 +180,7 @@ export class LmspPanel extends Widget {
   }
 
   private modelRow(model: ILmspModel): HTMLLIElement {
-    const row = element('li', 'lmsp-panel-model');
-    row.dataset.modelId = model.id;
-    row.dataset.status = model.status;
-    const line = element('div', 'lmsp-panel-line');
-    line.append(
-      element('span', 'lmsp-panel-model-id', model.id),
-      element('span', `lmsp-panel-badge lmsp-panel-status-${model.status}`, model.status)
-    );
+    const { row, line } = listRow('model', model.id, model.status);
     if (model.status === 'loaded' || model.status === 'available') {
       const change = model.status === 'loaded' ? 'unload' : 'load';
       const button = element(
@@ -230,21 +249,15 @@ export class LmspPanel extends Widget {
     }
     this.shown.tasks = json;
     this.taskList.replaceChildren(
-      ...(tasks.length
-        ? tasks.map(task => this.taskRow(task))
-        : [element('li', 'lmsp-panel-empty', 'No tasks')])
+      ...rowsOrEmpty(
+        tasks.map(task => this.taskRow(task)),
+        'No tasks'
+      )
     );
   }
 
   private taskRow(task: ILmspTask): HTMLLIElement {
-    const row = element('li', 'lmsp-panel-task');
-    row.dataset.taskId = task.id;
-    row.dataset.status = task.status;
-    const line = element('div', 'lmsp-panel-line');
-    line.append(
-      element('code', 'lmsp-panel-task-id', task.id),
-      element('span', `lmsp-panel-badge lmsp-panel-status-${task.status}`, task.status)
-    );
+    const { row, line } = listRow('task', task.id, task.status);
     if (isRunning(task)) {
       const cancel = element('button', 'jp-Button jp-mod-styled jp-mod-warn lmsp-panel-cancel');
       cancel.textContent = 'Cancel';
