@@ -231,7 +231,7 @@ class ModelManager(LoggingConfigurable):
             raise LmspError(
                 "overloaded",
                 self._overload_detail(entry, memory, others),
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+                retry_after=RETRY_AFTER_SECONDS,
             )
         return victims
 

@@ -58,6 +58,8 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "service_restarted": (500, "Service restarted"),
     "internal_error": (500, "Internal error"),
 }
+#: The statuses of problem documents: an answer with another status is not a problem.
+PROBLEM_STATUSES = frozenset(status for status, _ in PROBLEM_TYPES.values())
 
 
 class Problem(BaseModel):
@@ -76,7 +78,12 @@ class Problem(BaseModel):
 
 
 class LmspError(Exception):
-    """An LMSP error: raised anywhere, turned into ``application/problem+json`` at the edge."""
+    """An LMSP error: raised anywhere, turned into ``application/problem+json`` at the edge.
+
+    ``retry_after`` (seconds until the client may try again) and ``replayed`` (the error is
+    the stored answer of an idempotency key) are what it means; the server turns them into
+    headers. ``headers`` are the server's own (``WWW-Authenticate``, ``Allow``).
+    """
 
     def __init__(
         self,
@@ -84,6 +91,8 @@ class LmspError(Exception):
         detail: str | None = None,
         *,
         param: str | None = None,
+        retry_after: int | None = None,
+        replayed: bool = False,
         headers: dict[str, str] | None = None,
         **extra: Any,
     ) -> None:
@@ -91,6 +100,8 @@ class LmspError(Exception):
         self.code = code
         self.detail = detail
         self.param = param
+        self.retry_after = retry_after
+        self.replayed = replayed
         self.headers = headers or {}
         self.extra = extra
 
@@ -98,6 +109,12 @@ class LmspError(Exception):
     def status(self) -> int:
         """The HTTP status of this error's code."""
         return PROBLEM_TYPES[self.code][0]
+
+    @property
+    def is_client_error(self) -> bool:
+        """Whether the request itself is at fault: the same request is refused the same way
+        again (a failure of the service may not be)."""
+        return self.status < 500
 
     def to_problem(self) -> Problem:
         """The problem document describing this error."""

@@ -108,6 +108,8 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         """Run a creating request under its ``Idempotency-Key``, if it has one (9.2)."""
         keys: IdempotencyKeys = self.settings["lmsp_idempotency"]
         key = self.request.headers.get("Idempotency-Key")
+        if key is not None:
+            _check_idempotency_key(key)
         outcome = await keys.once(
             self.principal.owner,
             key,
@@ -189,6 +191,10 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             self.set_cors_headers()
         for name, value in error.headers.items():
             self.set_header(name, value)
+        if error.retry_after is not None:
+            self.set_header("Retry-After", str(error.retry_after))
+        if error.replayed:
+            self.set_header("Idempotent-Replayed", "true")
         problem = error.to_problem().model_dump(exclude_none=True)
         self.finish(json.dumps(problem), set_content_type="application/problem+json")
 
@@ -224,6 +230,15 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
     patch: Callable[..., Any]
     delete: Callable[..., Any]
     get = head = post = put = patch = delete = allow_unauthenticated(_method_not_allowed)
+
+
+def _check_idempotency_key(key: str) -> None:
+    if not 1 <= len(key) <= 255 or not all(" " <= c <= "~" for c in key):
+        raise LmspError(
+            "invalid_request",
+            "Idempotency-Key must be 1 to 255 printable ASCII characters",
+            param="Idempotency-Key",
+        )
 
 
 def _check_version(header: str | None) -> None:

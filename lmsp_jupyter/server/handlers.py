@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from jupyter_server.utils import url_path_join
 
 from .. import __version__
-from ..engine.generation import CancelToken
 from ..protocol.chat import (
     ChatCompletionRequest,
     ChunkTranslator,
@@ -143,7 +142,7 @@ class _CreatingHandler(LmspHandler):
         key, even when the process dies right after."""
         for frame in head:
             yield frame
-        events = self.service.events(run, CancelToken())
+        events = self.service.events(run)
         async with contextlib.aclosing(events):
             async for event in events:
                 frames = render(event)

@@ -37,7 +37,7 @@ class DecodingPlan:
 
 
 def plan(request: ResponseRequest) -> DecodingPlan:
-    """The decoding of ``request``; a schema the decoder cannot enforce is a 400."""
+    """The decoding of ``request``; a schema the decoder cannot enforce is ``invalid_request``."""
     tools = tuple(request.tools or ())
     choice = request.tool_choice or "auto"
     if isinstance(choice, AllowedToolsChoice):  # the listed tools, offered as ``mode`` says

@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..protocol.errors import LmspError, Problem
+from ..protocol.errors import PROBLEM_STATUSES, LmspError, Problem
 from .store import IdempotencyRecords, now
 
 KEY_TTL_SECONDS = 24 * 3600
@@ -81,15 +81,6 @@ def _canonical(value: object) -> str:
     return json.dumps(normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _check_key(key: str) -> None:
-    if not 1 <= len(key) <= 255 or not all(" " <= c <= "~" for c in key):
-        raise LmspError(
-            "invalid_request",
-            "Idempotency-Key must be 1 to 255 printable ASCII characters",
-            param="Idempotency-Key",
-        )
-
-
 class IdempotencyKeys:
     """Runs a creating request at most once per (owner, key)."""
 
@@ -108,14 +99,13 @@ class IdempotencyKeys:
     ) -> Outcome | None:
         """Run ``action`` unless ``key`` already has an answer for this request.
 
-        A stored 4xx answer is raised again; while the first attempt runs, a second one waits
-        for it (``wait_if_running``) or gets ``409 idempotency_in_progress``. ``None``: the
+        A stored problem is raised again; while the first attempt runs, a second one waits
+        for it (``wait_if_running``) or gets ``idempotency_in_progress``. ``None``: the
         action had no answer to keep, and the key is free again.
         """
         if key is None:
             answer = await action(None)
             return None if answer is None else Outcome(*answer, replayed=False)
-        _check_key(key)
         slot = (owner, key)
         row = self.records.get(owner, key)
         if row is not None and row["created_at"] < now() - KEY_TTL_SECONDS:
@@ -125,7 +115,7 @@ class IdempotencyKeys:
         if row is not None:
             if row["fingerprint"] != fingerprint:
                 raise LmspError(
-                    "idempotency_key_reused", "this Idempotency-Key was used with another request"
+                    "idempotency_key_reused", "this idempotency key was used with another request"
                 )
             if row["status"] is None:
                 running = self._running.get(slot)
@@ -135,7 +125,7 @@ class IdempotencyKeys:
                     )
                 await asyncio.shield(running)
                 row = self.records.get(owner, key)
-                if row is None:  # the first attempt kept no answer (a 5xx): this one is first
+                if row is None:  # the first attempt kept no answer (it failed): this one is first
                     return await self._first(slot, fingerprint, action)
             return _replay(row["status"], row["body"])
         return await self._first(slot, fingerprint, action)
@@ -155,7 +145,7 @@ class IdempotencyKeys:
         except LmspError as error:
             if claim.kept:  # what was created keeps its key, whatever failed after
                 raise
-            if error.status < 500:
+            if error.is_client_error:
                 self.records.complete(
                     owner, key, error.status, error.to_problem().model_dump_json()
                 )
@@ -182,7 +172,7 @@ class IdempotencyKeys:
 
 
 def _replay(status: int, body: str) -> Outcome:
-    if status >= 400:
+    if status in PROBLEM_STATUSES:
         problem = Problem.model_validate_json(body)
         extra = {
             k: v
@@ -193,7 +183,7 @@ def _replay(status: int, body: str) -> Outcome:
             problem.code,
             problem.detail,
             param=problem.param,
-            headers={"Idempotent-Replayed": "true"},
+            replayed=True,
             **extra,
         )
     return Outcome(status, body, replayed=True)

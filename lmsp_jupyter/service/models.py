@@ -106,7 +106,7 @@ class ModelDirectory:
         return self.describe(self.entry(model_id))
 
     async def load(self, model_id: str) -> Model:
-        """Load a model now (``503 overloaded`` if it cannot fit); the model once loaded."""
+        """Load a model now (``overloaded`` if it cannot fit); the model once loaded."""
         entry = self.entry(model_id)
         try:
             await self.manager.load(entry)
@@ -115,7 +115,7 @@ class ModelDirectory:
         return self.describe(entry)
 
     async def unload(self, model_id: str) -> Model:
-        """Unload a model now (``409 model_busy`` while in use); the model afterwards."""
+        """Unload a model now (``model_busy`` while in use); the model afterwards."""
         entry = self.entry(model_id)
         await self.manager.unload(entry.id)
         return self.describe(entry)

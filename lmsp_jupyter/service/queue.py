@@ -61,7 +61,7 @@ class ModelQueue:
             raise LmspError(
                 "overloaded",
                 f"{self.max_waiting} requests are already waiting for a model",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+                retry_after=RETRY_AFTER_SECONDS,
             )
 
     def join(self, model_id: str, slots: int) -> Ticket:

@@ -245,7 +245,8 @@ class ResponseService:
         return None
 
     def stored(self, response_id: str, owner: str) -> Response:
-        """A response kept with ``store: true``; unknown or another owner's → 404."""
+        """A response kept with ``store: true``; unknown or another owner's →
+        ``response_not_found``."""
         row = self.records.get(response_id, owner) if self.records is not None else None
         if row is None:
             raise LmspError("response_not_found", f"no stored response {response_id!r}")
@@ -283,11 +284,13 @@ class ResponseService:
     async def events(
         self,
         run: ResponseRun,
-        cancel: CancelToken,
+        cancel: CancelToken | None = None,
         started: Callable[[], None] | None = None,
     ) -> AsyncGenerator[ResponseEvent, None]:
         """Generate ``run`` once it holds one of its model's slots (``started`` is called
         then), yielding its events numbered from 1; exactly one is final.
+
+        ``cancel`` stops the generation; without one, only closing the iterator does.
 
         While it waits in line its model counts as in use. With ``store: true`` the response
         is kept before its final event goes out; if it cannot be kept, the final event is
@@ -302,7 +305,7 @@ class ResponseService:
                 await ticket.wait()
                 if started is not None:
                     started()
-                async for event in self._generate(run, cancel):
+                async for event in self._generate(run, cancel or CancelToken()):
                     yield self._kept(run, event) if event.is_final else event
         except (LmspError, EngineError) as exc:
             if loaded:
@@ -447,7 +450,7 @@ class ResponseService:
 
     async def complete(self, run: ResponseRun) -> Response:
         """Generate ``run`` to the end and return its final response; failure raises."""
-        async for _ in self.events(run, CancelToken()):
+        async for _ in self.events(run):
             pass
         if run.error is not None:
             raise run.error
@@ -471,10 +474,10 @@ def _keep_alive(request: ResponseRequest) -> float | None:
 
 
 def _engine_problem(error: EngineError) -> LmspError:
-    """The problem of an engine failure: an engine that does not answer is 503, not 500."""
+    """The problem of an engine failure: an engine that does not answer is
+    ``engine_unavailable`` (retry later), not a failure."""
     if isinstance(error, EngineUnavailable):
-        retry = {"Retry-After": str(RETRY_UNAVAILABLE_SECONDS)}
-        return LmspError("engine_unavailable", str(error), headers=retry)
+        return LmspError("engine_unavailable", str(error), retry_after=RETRY_UNAVAILABLE_SECONDS)
     return LmspError("generation_failed", str(error))
 
 

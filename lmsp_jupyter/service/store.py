@@ -79,14 +79,15 @@ RETRY_AFTER_SECONDS = 5
 
 def store_problem(exc: BaseException) -> LmspError | None:
     """The problem a failure of the store is (``None``: not one): a database locked by another
-    writer is temporary (503, retry later); a full, read-only or broken file is a 500."""
+    writer is temporary (``overloaded``, retry later); a full, read-only or broken file is an
+    ``internal_error``."""
     if not isinstance(exc, sqlite3.Error):
         return None
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return LmspError(
             "overloaded",
             "the store is busy; retry later",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            retry_after=RETRY_AFTER_SECONDS,
         )
     return LmspError("internal_error", "the store failed; see the server log")
 

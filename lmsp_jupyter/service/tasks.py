@@ -327,7 +327,8 @@ class TaskService:
         )
 
     def task_of_response(self, response_id: str, owner: str) -> str:
-        """The task that runs a background response; none (or another owner's) → 404."""
+        """The task that runs a background response; none (or another owner's) →
+        ``response_not_found``."""
         row = self.records.of_response(response_id)
         if row is None or row["owner"] != owner:
             raise LmspError("response_not_found", f"no background response {response_id!r}")

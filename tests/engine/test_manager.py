@@ -162,7 +162,7 @@ async def test_a_model_in_use_is_never_unloaded_and_the_other_gets_overloaded(
         with pytest.raises(LmspError) as refused:
             models_manager.check(second)
         assert refused.value.code == "overloaded"
-        assert refused.value.headers == {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        assert refused.value.retry_after == RETRY_AFTER_SECONDS
         detail = str(refused.value.detail)
         assert f"model '{second.id}' needs about {engine.footprint(second) / 1e6:,.0f} MB" in detail
         assert f"loaded: '{first.id}' ({engine.footprint(first) / 1e6:,.0f} MB, in use)" in detail

@@ -90,9 +90,10 @@ def test_to_problem_keeps_extra_fields() -> None:
 
 
 def test_error_headers_are_not_part_of_the_problem() -> None:
-    error = LmspError("overloaded", "queue full", headers={"Retry-After": "5"})
-    assert error.headers == {"Retry-After": "5"}
-    assert "headers" not in error.to_problem().model_dump()
+    error = LmspError("overloaded", "queue full", retry_after=5, replayed=True)
+    assert (error.retry_after, error.replayed) == (5, True)
+    problem = error.to_problem().model_dump()
+    assert "headers" not in problem and "retry_after" not in problem and "replayed" not in problem
     assert "Retry-After" not in error.to_problem().model_dump_json()
 
 

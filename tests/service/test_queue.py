@@ -48,7 +48,7 @@ async def test_a_full_line_is_overloaded_with_retry_after() -> None:
     with pytest.raises(LmspError) as info:
         line.check()
     assert info.value.code == "overloaded"
-    assert info.value.headers == {"Retry-After": "5"}
+    assert info.value.retry_after == 5
 
 
 async def test_leaving_twice_frees_one_slot_only() -> None:
