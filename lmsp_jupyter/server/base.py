@@ -24,7 +24,8 @@ from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?$")
-_HTTP_VERBS = ("get", "head", "post", "put", "patch", "delete")
+#: The verbs a handler may implement (``options`` is the CORS preflight every handler answers).
+HTTP_VERBS = ("get", "head", "post", "put", "patch", "delete")
 #: Request headers a cross-origin client of LMSP may send (Jupyter's and LMSP's own).
 _CORS_REQUEST_HEADERS = (
     "accept, content-type, authorization, x-xsrftoken, lmsp-version, idempotency-key, last-event-id"
@@ -49,7 +50,7 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for verb in _HTTP_VERBS:
+        for verb in HTTP_VERBS:
             if verb in cls.__dict__:
                 setattr(cls, verb, allow_unauthenticated(cls.__dict__[verb]))
 
@@ -207,13 +208,15 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         else:
             super().log_exception(typ, value, tb)
 
+    @classmethod
+    def implemented_verbs(cls) -> list[str]:
+        """The verbs (lower case) this handler implements; the others answer 405. The one
+        place that says so: the ``Allow`` header and the OpenAPI document both ask here."""
+        return [verb for verb in HTTP_VERBS if getattr(cls, verb) is not LmspHandler.__dict__[verb]]
+
     def allowed_methods(self) -> list[str]:
         """The HTTP methods this handler implements."""
-        return [
-            verb.upper()
-            for verb in _HTTP_VERBS
-            if getattr(type(self), verb) is not LmspHandler.__dict__[verb]
-        ]
+        return [verb.upper() for verb in self.implemented_verbs()]
 
     def _method_not_allowed(self, *args: str) -> None:
         raise LmspError(

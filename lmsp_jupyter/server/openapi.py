@@ -36,7 +36,6 @@ __all__ = ["OpenApiHandler", "openapi_document"]
 OPENAPI_VERSION = "3.1.0"
 _SCHEMAS = "#/components/schemas/"
 _PREFIX = "/lmsp/v1"
-_VERBS = ("get", "head", "post", "put", "patch", "delete")
 
 #: Request bodies are validated as the service reads them; everything it sends is serialized.
 #: ``Task``, ``Model`` and ``ModelList`` are the exceptions: their wrap serializers (which drop
@@ -519,7 +518,7 @@ def _route_paths() -> Iterable[tuple[str, type[LmspHandler]]]:
     for pattern, handler in default_handlers:
         if handler is NotFoundHandler or not pattern.startswith(_PREFIX):
             continue
-        verbs = [verb for verb in _VERBS if _implements(handler, verb)]
+        verbs = handler.implemented_verbs()
         names = [
             name
             for name in inspect.signature(getattr(handler, verbs[0])).parameters
@@ -530,12 +529,6 @@ def _route_paths() -> Iterable[tuple[str, type[LmspHandler]]]:
         named = zip(names, parts[1:], strict=True)
         path = parts[0] + "".join(f"{{{name}}}{part}" for name, part in named)
         yield path or "/", handler
-
-
-def _implements(handler: type[LmspHandler], verb: str) -> bool:
-    return any(
-        verb in cls.__dict__ for cls in handler.__mro__[: handler.__mro__.index(LmspHandler)]
-    )
 
 
 def _operation(method: str, path: str, handler: type[LmspHandler]) -> dict[str, Any]:
@@ -583,9 +576,8 @@ def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for path, handler in _route_paths():
         item = paths.setdefault(path, {})
-        for verb in _VERBS:
-            if _implements(handler, verb):
-                item[verb] = _operation(verb, path, handler)
+        for verb in handler.implemented_verbs():
+            item[verb] = _operation(verb, path, handler)
     return paths
 
 
