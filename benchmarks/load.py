@@ -185,7 +185,10 @@ def print_result(result: LoadResult, peak_rss_kb: int, hwm_kb: int, wall_s: floa
 
 def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     """Start the server, run the load once, print the figures."""
-    with running_server(log_path, app="server", store_path=scratch / "lmsp.sqlite3") as server:
+    # Every connection may wait in its model's line (beyond max_queued_tasks: 503 overloaded).
+    line = [f"--LmspApp.max_queued_tasks={args.connections}"]
+    store = scratch / "lmsp.sqlite3"
+    with running_server(log_path, app="server", store_path=store, extra=line) as server:
         with RssSampler(server.pid) as rss:
             start = time.perf_counter()
             result = asyncio.run(

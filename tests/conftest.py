@@ -134,7 +134,9 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
     ]
-    config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL}}
+    # The line holds the load test's 200 connections (tests/server/test_load.py) instead of
+    # refusing those beyond 64 with 503 overloaded.
+    config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL, "max_queued_tasks": 256}}
     server = start_server(tmp_path_factory.mktemp("live"), config=config)
     yield server
     stop_server(server)
