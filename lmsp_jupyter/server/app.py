@@ -15,7 +15,7 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, List, Type, Unicode, default
 
-from ..client._discovery import ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
+from ..client import ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.catalog import (
     BUNDLED_MODEL_ID,
     ModelCatalog,
