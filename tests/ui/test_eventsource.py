@@ -27,10 +27,15 @@ FINAL_TYPES = (
     "response.failed",
     "response.cancelled",
 )
+#: Every event a text answer sends (with the part and done events of LMSP 11.4).
 EVENT_TYPES = (
     "response.created",
+    "response.in_progress",
     "response.output_item.added",
+    "response.content_part.added",
     "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
     "response.output_item.done",
     *FINAL_TYPES,
 )
