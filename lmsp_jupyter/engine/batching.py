@@ -278,11 +278,7 @@ class ModelWorker:
         if limit <= 0 or not prompt:
             request.emit(GenerationDone("context_length", len(prompt), 0))
             return None
-        try:
-            sampler = model.sampler(request.params, request.matcher)
-        except ValueError as exc:
-            request.emit(exc)
-            return None
+        sampler = model.sampler(request.params, request.matcher)
         return _Sequence(request, sampler, limit, list(prompt), _Text(request.params.stop))
 
     def _place(self, sequence: _Sequence) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import (
     CancelToken,
     GenerationDone,
@@ -24,6 +24,7 @@ from lmsp_jupyter.engine.generation import (
 )
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from tests.engine.conftest import prompt_of
 
 PARALLEL = 8
 TOKENS = 6
@@ -57,18 +58,6 @@ FORMS = ["A poem about {}:", "Q: What do you know about {}?\nA:", "Three facts a
 PROMPTS = [f"<bos>{form.format(subject)}" for form in FORMS for subject in SUBJECTS]
 
 
-@pytest.fixture(scope="module")
-def entry() -> ModelEntry:
-    return ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(entry: ModelEntry) -> Iterator[LlamaTokenizer]:
-    tokenizer = LlamaTokenizer(entry.path())
-    yield tokenizer
-    tokenizer.close()
-
-
 def new_engine(parallel: int = PARALLEL) -> Engine:
     return Engine(EngineSettings(context_size=1024, threads=1, parallel=parallel))
 
@@ -78,10 +67,6 @@ def engine() -> Iterator[Engine]:
     engine = new_engine()
     yield engine
     engine.close()
-
-
-def prompt_of(tokenizer: LlamaTokenizer, text: str) -> Prompt:
-    return Prompt(text=text, tokens=tokenizer.tokenize(text))
 
 
 async def generate(

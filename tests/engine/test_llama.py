@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelEntry
 from lmsp_jupyter.engine.generation import (
     CancelToken,
     ChatMessage,
@@ -25,6 +25,7 @@ from lmsp_jupyter.engine.generation import (
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
+from tests.engine.conftest import prompt_of
 
 THREADS = min(os.cpu_count() or 1, 4)
 CONTEXT = 512
@@ -40,26 +41,10 @@ JAPANESE = "<bos>日本語の文章：私は"
 
 
 @pytest.fixture(scope="module")
-def entry() -> ModelEntry:
-    return ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(entry: ModelEntry) -> Iterator[LlamaTokenizer]:
-    tokenizer = LlamaTokenizer(entry.path())
-    yield tokenizer
-    tokenizer.close()
-
-
-@pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
     engine = Engine(EngineSettings(context_size=CONTEXT, threads=THREADS))
     yield engine
     engine.close()
-
-
-def prompt_of(tokenizer: LlamaTokenizer, text: str) -> Prompt:
-    return Prompt(text=text, tokens=tokenizer.tokenize(text))
 
 
 def text_of(events: list[GenerationEvent]) -> str:
