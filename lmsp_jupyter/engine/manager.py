@@ -30,6 +30,10 @@ from .memory import physical_memory, resident_bytes
 
 #: The share of physical RAM that loaded models may take by default.
 DEFAULT_MEMORY_SHARE = 0.5
+#: Seconds an idle model stays loaded by default (Ollama's ``keep_alive`` is 5 minutes too).
+DEFAULT_KEEP_ALIVE_SECONDS = 300.0
+#: Models loaded at once by default.
+DEFAULT_MAX_LOADED_MODELS = 3
 #: Seconds a client refused for lack of memory is told to wait: a running answer ends soon.
 RETRY_AFTER_SECONDS = 5
 
@@ -66,38 +70,56 @@ class _Resident:
         return (time.time() if busy else self.last_used) + self.keep_alive
 
 
+def default_memory_budget() -> int:
+    """The memory budget of loaded models by default: a share of the machine's RAM."""
+    return int(physical_memory() * DEFAULT_MEMORY_SHARE)
+
+
 def _mb(size: int) -> str:
     return f"{size / 1e6:,.0f} MB"
 
 
 class ModelManager(LoggingConfigurable):
-    """Loads models on demand and unloads them when idle or to make room for another."""
+    """Loads models on demand and unloads them when idle or to make room for another.
+
+    Its settings default to the parent application's settings of the same name
+    (``LmspApp.keep_alive_seconds``, ...), as jupyter-server's contents manager takes its
+    ``root_dir`` from the server; one configured on the manager itself wins.
+    """
 
     keep_alive_seconds = Float(
-        300.0,
-        help="Seconds a loaded model stays in memory with nothing running or waiting on it; "
-        "0: unloaded as soon as it is idle; negative: never unloaded for being idle. A "
-        'request may set it for its model with extensions["x-lmsp-jupyter"]'
-        '["keep_alive_seconds"].',
+        help="Seconds a loaded model stays in memory with nothing running or waiting on it. "
+        "Default: LmspApp.keep_alive_seconds; set here, it wins over that.",
     ).tag(config=True)
 
     max_loaded_models = Int(
-        3,
-        help="Most models in memory at once; loading one more first unloads the least "
-        "recently used idle model. 0: no limit.",
+        help="Most models in memory at once. Default: LmspApp.max_loaded_models; set here, "
+        "it wins over that.",
     ).tag(config=True)
 
     memory_budget_bytes = Int(
-        help="Memory loaded models may take together, by their estimated footprint (weights "
-        "plus KV cache for the context and its parallel sequences; llama.cpp's compute "
-        "buffers come on top). Idle models are unloaded, least recently used first, to make "
-        "room; a model that still does not fit is refused with 503 overloaded. Default: half "
-        "of the machine's physical RAM. 0: no budget.",
+        help="Memory loaded models may take together, by their estimated footprint. "
+        "Default: LmspApp.memory_budget_bytes; set here, it wins over that.",
     ).tag(config=True)
+
+    @default("keep_alive_seconds")
+    def _default_keep_alive(self) -> float:
+        return float(self._app_setting("keep_alive_seconds", DEFAULT_KEEP_ALIVE_SECONDS))
+
+    @default("max_loaded_models")
+    def _default_max_loaded_models(self) -> int:
+        return int(self._app_setting("max_loaded_models", DEFAULT_MAX_LOADED_MODELS))
 
     @default("memory_budget_bytes")
     def _default_memory_budget(self) -> int:
-        return int(physical_memory() * DEFAULT_MEMORY_SHARE)
+        return int(self._app_setting("memory_budget_bytes", default_memory_budget()))
+
+    def _app_setting(self, name: str, fallback: float) -> Any:
+        """The parent application's setting ``name``, or ``fallback`` without one."""
+        parent = self.parent
+        if parent is not None and parent.has_trait(name):
+            return getattr(parent, name)
+        return fallback
 
     def __init__(self, engine: GenerationBackend, **kwargs: Any) -> None:
         """Manage the models ``engine`` runs; ``kwargs`` are traits and ``parent``/``config``."""

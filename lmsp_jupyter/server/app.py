@@ -22,7 +22,12 @@ from ..engine.catalog import (
     default_huggingface_cache_dir,
     default_ollama_dir,
 )
-from ..engine.manager import ModelManager
+from ..engine.manager import (
+    DEFAULT_KEEP_ALIVE_SECONDS,
+    DEFAULT_MAX_LOADED_MODELS,
+    ModelManager,
+    default_memory_budget,
+)
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import EngineRouter
 from ..engine.scheduler import DEFAULT_PARALLEL, Engine, EngineSettings
@@ -90,9 +95,31 @@ class LmspApp(ExtensionApp):
     model_manager_class = Type(
         default_value=ModelManager,
         klass=ModelManager,
-        help="The class that decides which models stay in memory; configure its traits as "
-        "ModelManager.keep_alive_seconds, ModelManager.max_loaded_models and "
-        "ModelManager.memory_budget_bytes.",
+        help="The class that decides which models stay in memory. Its settings default to "
+        "LmspApp.keep_alive_seconds, LmspApp.max_loaded_models and "
+        "LmspApp.memory_budget_bytes; ModelManager.<name> set too wins over LmspApp.<name>.",
+    ).tag(config=True)
+
+    keep_alive_seconds = Float(
+        DEFAULT_KEEP_ALIVE_SECONDS,
+        help="Seconds a loaded model stays in memory with nothing running or waiting on it; "
+        "0: unloaded as soon as it is idle; negative: never unloaded for being idle. A "
+        'request may set it for its model with extensions["x-lmsp-jupyter"]'
+        '["keep_alive_seconds"].',
+    ).tag(config=True)
+
+    max_loaded_models = Int(
+        DEFAULT_MAX_LOADED_MODELS,
+        help="Most models in memory at once; loading one more first unloads the least "
+        "recently used idle model. 0: no limit.",
+    ).tag(config=True)
+
+    memory_budget_bytes = Int(
+        help="Memory loaded models may take together, by their estimated footprint (weights "
+        "plus KV cache for the context and its parallel sequences; llama.cpp's compute "
+        "buffers come on top). Idle models are unloaded, least recently used first, to make "
+        "room; a model that still does not fit is refused with 503 overloaded. Default: half "
+        "of the machine's physical RAM. 0: no budget.",
     ).tag(config=True)
 
     ollama_dir = Unicode(
@@ -203,6 +230,10 @@ class LmspApp(ExtensionApp):
     @default("store_path")
     def _default_store_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
+
+    @default("memory_budget_bytes")
+    def _default_memory_budget_bytes(self) -> int:
+        return default_memory_budget()
 
     @default("ollama_dir")
     def _default_ollama_dir(self) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from lmsp_jupyter.engine.batching import ModelWorker
 from lmsp_jupyter.engine.generation import StopReason
+from lmsp_jupyter.server.app import LmspApp
 from lmsp_jupyter.service.responses import ResponseService
 from tests.conftest import MODEL, start_server, stop_server
 from tests.doubles import ScriptedEngine
@@ -40,6 +41,13 @@ def lmsp(
     client = httpx.AsyncClient(base_url=base, headers=jp_auth_header, timeout=120)
     yield client
     jp_asyncio_loop.run_until_complete(client.aclose())
+
+
+def lmsp_app(serverapp: Any) -> LmspApp:
+    """The extension app of a running server."""
+    (app,) = serverapp.extension_manager.extension_apps["lmsp_jupyter"]
+    assert isinstance(app, LmspApp)
+    return app
 
 
 def responses_service(serverapp: Any) -> ResponseService:

@@ -30,15 +30,22 @@ def test_the_module_prints_the_reference() -> None:
 def test_every_configurable_trait_of_lmspapp_has_a_section_with_its_help() -> None:
     page = reference()
     traits = LmspApp.class_own_traits(config=True)
-    assert page.count("\n## `LmspApp.") == len(traits) == 21
+    assert page.count("\n## `LmspApp.") == len(traits) == 24
     assert "## `LmspApp.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
     assert "- Default: the number of CPU cores (`os.cpu_count()`)" in page
     assert "'sha256': '&lt;hex SHA-256 of the token>'" in page
 
 
-def test_the_model_managers_traits_have_sections_and_the_computed_budget_is_described() -> None:
+def test_the_managers_traits_default_to_the_apps_and_the_computed_budget_is_described() -> None:
     page = reference()
     traits = ModelManager.class_own_traits(config=True)
     assert page.count("\n## `ModelManager.") == len(traits) == 3
-    assert "## `ModelManager.keep_alive_seconds`\n\n- Type: `Float`\n- Default: `300.0`\n\n" in page
-    assert "- Default: 50% of the machine's physical RAM\n" in page
+    assert "## `LmspApp.keep_alive_seconds`\n\n- Type: `Float`\n- Default: `300.0`\n\n" in page
+    assert (
+        "## `ModelManager.keep_alive_seconds`\n\n- Type: `Float`\n"
+        "- Default: `LmspApp.keep_alive_seconds`\n\n"
+    ) in page
+    assert (
+        "## `LmspApp.memory_budget_bytes`\n\n- Type: `Int`\n"
+        "- Default: 50% of the machine's physical RAM\n"
+    ) in page
