@@ -24,7 +24,8 @@ from typing import Any
 if not __package__:  # run as a file: python benchmarks/constrained.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import median, run_benchmark
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.figures import median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
@@ -108,7 +109,7 @@ async def compare(tokens: int, rounds: int) -> tuple[list[Run], list[Run]]:
         engine.close()
 
 
-def benchmark(args: argparse.Namespace) -> None:
+def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None:
     """Measure and print the constrained and unconstrained decode rates and their ratio."""
     free, constrained = asyncio.run(compare(args.tokens, args.rounds))
     free_rate = median(free, lambda run: run.rate)
@@ -125,11 +126,7 @@ def benchmark(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=128, help="output tokens per answer")
-    parser.add_argument("--rounds", type=int, default=5, help="timed pairs of answers")
-    args = parser.parse_args(argv)
-    return run_benchmark(lambda _scratch, _log: benchmark(args))
+    return benchmark_main(benchmark_parser(__doc__, tokens=128, rounds=5), benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -33,17 +33,11 @@ from jupyter_client.manager import KernelManager
 if not __package__:  # run as a file: python benchmarks/kernel_ask.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import (
-    DEFAULT_PROMPT,
-    RawRunner,
-    Sample,
-    Settings,
-    measured,
-    median,
-    print_context,
-    run_benchmark,
-    running_server,
-)
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.figures import Sample, median
+from benchmarks.harness.meters import measured
+from benchmarks.harness.raw import DEFAULT_PROMPT, RawRunner, Settings, print_context
+from benchmarks.harness.server import running_server
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.kernel.display import TASK_MIME
 from lmsp_jupyter.kernel.state import FINAL_STATUSES
@@ -232,12 +226,8 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=128, help="tokens to generate per run")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds of each side")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message")
-    args = parser.parse_args(argv)
-    return run_benchmark(lambda scratch, log_path: benchmark(args, scratch, log_path))
+    parser = benchmark_parser(__doc__, tokens=128, rounds=3, prompt=DEFAULT_PROMPT)
+    return benchmark_main(parser, benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@ import httpx
 if not __package__:  # run as a file: python benchmarks/load.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import RssSampler, aiter_events, run_benchmark, running_server
-from benchmarks.harness.meters import proc_status_kb
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.meters import RssSampler, proc_status_kb
+from benchmarks.harness.server import running_server
+from benchmarks.harness.sse import aiter_events
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.protocol.events import FINAL_EVENTS
 
@@ -199,25 +201,17 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     print_result(result, rss.peak_kb, hwm_kb, wall_s)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def command_line() -> argparse.ArgumentParser:
     """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__, tokens=16, server_log=True)
     parser.add_argument("--connections", type=int, default=200, help="connections at once")
-    parser.add_argument("--tokens", type=int, default=16, help="max_output_tokens of each answer")
     parser.add_argument("--tasks", type=int, default=4, help="tasks the followers share")
-    parser.add_argument(
-        "--server-log",
-        type=Path,
-        default=None,
-        help="where the server's output goes (default: a temporary file)",
-    )
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
-    args = parse_args(argv)
-    return run_benchmark(lambda scratch, log: benchmark(args, scratch, log), args.server_log)
+    return benchmark_main(command_line(), benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from pathlib import Path
 if not __package__:  # run as a file: python benchmarks/model_memory.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import median, run_benchmark
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.figures import median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
@@ -81,12 +82,12 @@ async def benchmark(args: argparse.Namespace, scratch: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = benchmark_parser(__doc__, rounds=3)
     parser.add_argument("--context", type=int, default=8192, help="context size per model")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (medians over them)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args(argv)
-    return run_benchmark(lambda scratch, _log: asyncio.run(benchmark(args, scratch)))
+    return benchmark_main(
+        parser, lambda args, scratch, _log: asyncio.run(benchmark(args, scratch)), argv
+    )
 
 
 if __name__ == "__main__":

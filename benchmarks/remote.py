@@ -29,19 +29,12 @@ import httpx
 if not __package__:  # run as a file: python benchmarks/remote.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import (
-    DEFAULT_PROMPT,
-    Sample,
-    Server,
-    free_port,
-    iter_events,
-    median,
-    num,
-    run_benchmark,
-    running_process,
-    running_server,
-)
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.figures import Sample, median, num
 from benchmarks.harness.llama_cpp_server import MODULE as LLAMA_CPP_SERVER
+from benchmarks.harness.raw import DEFAULT_PROMPT
+from benchmarks.harness.server import Server, free_port, running_process, running_server
+from benchmarks.harness.sse import iter_events
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 
 ALIAS = "gemma"
@@ -162,20 +155,17 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     print(f"ratio lmsp/direct tok/s: {ratio:.3f}   first-token overhead: {overhead * 1000:.1f} ms")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=5)
+def command_line() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = benchmark_parser(__doc__, tokens=128, rounds=5, prompt=DEFAULT_PROMPT, server_log=True)
     parser.add_argument("--threads", type=int, default=2, help="the remote server's threads")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--llama-server", help="a llama-server binary instead of llama_cpp.server")
-    parser.add_argument("--server-log", type=Path, help="keep the LMSP server's output here")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_benchmark(lambda scratch, log: benchmark(args, scratch, log), args.server_log)
+    """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
+    return benchmark_main(command_line(), benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ import httpx
 if not __package__:  # run as a file: python benchmarks/replay.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import Server, run_benchmark, running_server
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.server import Server, running_server
 from benchmarks.replay_live import LiveRun, live_run
 from benchmarks.replay_report import (
     print_joins,
@@ -51,14 +52,13 @@ from benchmarks.replay_stored import DEFAULT_PROMPT, fill_store, replay_phase
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def command_line() -> argparse.ArgumentParser:
     """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__, tokens=300, rounds=3, prompt=DEFAULT_PROMPT, server_log=True)
     add = parser.add_argument
     add("--events", type=int, default=10_000, help="events of the stored task (>= 5)")
     add("--replay-runs", type=int, default=5, help="timed reads of the stored task")
     add("--followers", type=int, default=100, help="concurrent followers of the live task")
-    add("--rounds", type=int, default=3, help="rounds of the live runs (0, 1, N followers)")
     add(
         "--max-background",
         type=float,
@@ -68,8 +68,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "machine's CPUs meanwhile (default: 15)",
     )
     add("--retries", type=int, default=2, help="most re-runs of one live run (machine busy)")
-    add("--tokens", type=int, default=300, help="max_output_tokens of the live task")
-    add("--prompt", default=DEFAULT_PROMPT, help="input of the live task")
     add(
         "--join-spread",
         type=float,
@@ -85,7 +83,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="ARG",
         help="one more argument for jupyter lmsp, e.g. --server-arg=--LmspApp.threads=1",
     )
-    add("--server-log", type=Path, default=None, help="keep the server's output here")
     add(
         "--profile-server",
         type=Path,
@@ -94,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the server under cProfile (event-loop thread), save the stats to PATH and "
         "print the top functions; slows the server, so its figures are not comparable",
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 def live_phase(server: Server, args: argparse.Namespace) -> list[LiveRun]:
@@ -163,8 +160,7 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
-    args = parse_args(argv)
-    return run_benchmark(lambda scratch, log: benchmark(args, scratch, log), args.server_log)
+    return benchmark_main(command_line(), benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from typing import Any
 
 import httpx
 
-from benchmarks.harness import PhaseCost, PhaseMeter, Server, aiter_events, parse_events
+from benchmarks.harness.meters import PhaseCost, PhaseMeter
+from benchmarks.harness.server import Server
+from benchmarks.harness.sse import aiter_events, parse_events
 from benchmarks.replay_stored import check_sequence
 from lmsp_jupyter.client import ServerSentEvent
 from lmsp_jupyter.protocol.tasks import FINAL_TASK_STATUSES

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.harness import PhaseCost, median, num
+from benchmarks.harness.figures import median, num
+from benchmarks.harness.meters import PhaseCost
 from benchmarks.replay_live import LiveRun
 from benchmarks.replay_stored import MB, ReplayRun, StoredTask
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.harness import PhaseCost, PhaseMeter, Server, parse_events
+from benchmarks.harness.meters import PhaseCost, PhaseMeter
+from benchmarks.harness.server import Server
+from benchmarks.harness.sse import parse_events
 from lmsp_jupyter.client import ServerSentEvent
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.protocol.events import (

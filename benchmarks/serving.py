@@ -36,17 +36,10 @@ import httpx
 if not __package__:  # run as a file: python benchmarks/serving.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import (
-    RawRunner,
-    Server,
-    Settings,
-    free_port,
-    iter_events,
-    render_prompt,
-    run_benchmark,
-    running_process,
-    running_server,
-)
+from benchmarks.harness.cli import run_benchmark
+from benchmarks.harness.raw import RawRunner, Settings, render_prompt
+from benchmarks.harness.server import Server, free_port, running_process, running_server
+from benchmarks.harness.sse import iter_events
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.protocol.events import FINAL_EVENTS
 

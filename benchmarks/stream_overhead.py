@@ -32,20 +32,12 @@ import httpx
 if not __package__:  # run as a file: python benchmarks/stream_overhead.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import (
-    DEFAULT_PROMPT,
-    RawRunner,
-    Sample,
-    Server,
-    Settings,
-    iter_events,
-    measured,
-    median,
-    print_context,
-    run_benchmark,
-    running_server,
-    spread,
-)
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.figures import Sample, median, spread
+from benchmarks.harness.meters import measured
+from benchmarks.harness.raw import DEFAULT_PROMPT, RawRunner, Settings, print_context
+from benchmarks.harness.server import Server, running_server
+from benchmarks.harness.sse import iter_events
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.protocol.events import FINAL_EVENTS
 
@@ -235,12 +227,9 @@ def print_targets(ratio: float, overhead: float) -> None:
     )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def command_line() -> argparse.ArgumentParser:
     """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=128, help="tokens to generate per run")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds of each side")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message")
+    parser = benchmark_parser(__doc__, tokens=128, rounds=5, prompt=DEFAULT_PROMPT, server_log=True)
     parser.add_argument(
         "--max-background",
         type=float,
@@ -255,16 +244,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time each run right after the other side's, without the untimed one-token run "
         "of the same side that otherwise precedes it",
     )
-    parser.add_argument(
-        "--server-log",
-        type=Path,
-        default=None,
-        help="where the server's output goes (default: a temporary file)",
-    )
-    return parser.parse_args(argv)
+    return parser
 
 
-def benchmark(args: argparse.Namespace, log_path: Path) -> None:
+def benchmark(args: argparse.Namespace, _scratch: Path, log_path: Path) -> None:
     """Load both sides, alternate the runs and print the results."""
     settings = Settings.service_defaults()
     model_path = ModelCatalog().get(BUNDLED_MODEL_ID).path()
@@ -287,8 +270,7 @@ def benchmark(args: argparse.Namespace, log_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
-    args = parse_args(argv)
-    return run_benchmark(lambda _scratch, log_path: benchmark(args, log_path), args.server_log)
+    return benchmark_main(command_line(), benchmark, argv)
 
 
 if __name__ == "__main__":

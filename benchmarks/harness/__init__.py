@@ -9,37 +9,8 @@
 * :mod:`.raw`: the bundled model in this process through llama-cpp-python, with the service's
   default settings and its rendering of the prompt: the side the service is compared with;
 * :mod:`.figures`: one timed generation (:class:`Sample`), medians and spreads;
-* :mod:`.cli`: how a benchmark script ends: exit codes, signals, the server's log on failure.
+* :mod:`.cli`: a benchmark script's command line, and how it ends: exit codes, signals, the
+  server's log on failure.
+
+Each benchmark imports what it uses from these modules.
 """
-
-from .cli import run_benchmark
-from .figures import Sample, median, num, spread
-from .meters import CpuMeter, PhaseCost, PhaseMeter, RssSampler, measured
-from .raw import DEFAULT_PROMPT, RawRunner, Settings, print_context, render_prompt
-from .server import Server, free_port, running_process, running_server
-from .sse import aiter_events, iter_events, parse_events
-
-__all__ = [
-    "DEFAULT_PROMPT",
-    "CpuMeter",
-    "PhaseCost",
-    "PhaseMeter",
-    "RawRunner",
-    "RssSampler",
-    "Sample",
-    "Server",
-    "Settings",
-    "aiter_events",
-    "free_port",
-    "iter_events",
-    "measured",
-    "median",
-    "num",
-    "parse_events",
-    "print_context",
-    "render_prompt",
-    "run_benchmark",
-    "running_process",
-    "running_server",
-    "spread",
-]

@@ -1,4 +1,5 @@
-"""How a benchmark script runs and ends: in a scratch directory, the server always stopped.
+"""How a benchmark script starts and ends: its command line, a scratch directory, the server
+always stopped.
 
 A benchmark measures and never asserts: its exit code is 0 whatever the numbers, 1 only if it
 could not measure (then the end of the server's log follows the error), 130 when interrupted
@@ -7,6 +8,7 @@ could not measure (then the end of the server's log follows the error), 130 when
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import tempfile
@@ -16,6 +18,47 @@ from pathlib import Path
 import httpx
 
 LOG_TAIL_CHARS = 4000
+#: A benchmark's body: ``body(args, scratch, log_path)``.
+Body = Callable[[argparse.Namespace, Path, Path], None]
+
+
+def benchmark_parser(
+    doc: str,
+    *,
+    tokens: int | None = None,
+    rounds: int | None = None,
+    prompt: str | None = None,
+    server_log: bool = False,
+) -> argparse.ArgumentParser:
+    """The command line of a benchmark described by ``doc`` (its module docstring, whose first
+    paragraph is the description), with the options most benchmarks share: ``--tokens``,
+    ``--rounds`` and ``--prompt`` (with the defaults given; left out when None) and
+    ``--server-log``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", 1)[0])
+    if tokens is not None:
+        parser.add_argument(
+            "--tokens", type=int, default=tokens, help="max_output_tokens of each answer"
+        )
+    if rounds is not None:
+        parser.add_argument("--rounds", type=int, default=rounds, help="measured rounds")
+    if prompt is not None:
+        parser.add_argument("--prompt", default=prompt, help="the user message")
+    if server_log:
+        parser.add_argument(
+            "--server-log",
+            type=Path,
+            default=None,
+            help="keep the server's output here (default: a temporary file)",
+        )
+    return parser
+
+
+def benchmark_main(parser: argparse.ArgumentParser, body: Body, argv: list[str] | None) -> int:
+    """Parse ``argv`` and run ``body`` with :func:`run_benchmark`; return the exit code."""
+    args = parser.parse_args(argv)
+    return run_benchmark(
+        lambda scratch, log_path: body(args, scratch, log_path), getattr(args, "server_log", None)
+    )
 
 
 def run_benchmark(body: Callable[[Path, Path], None], server_log: Path | None = None) -> int:
