@@ -404,27 +404,15 @@ class ChatCompletionChunk(BaseModel):
     usage: ChatUsage | None = None
     system_fingerprint: None = None
 
-    def to_sse(self) -> bytes:
-        """The chunk as one SSE frame of ``data`` alone, as OpenAI's clients read it."""
-        return f"data: {self.model_dump_json(exclude_none=True)}\n\n".encode()
-
 
 class ChatStreamError(BaseModel):
     """A problem that ends a chat stream: ``{"error": <problem>}``."""
 
     error: dict[str, Any]
 
-    def to_sse(self) -> bytes:
-        """The error as one SSE frame of ``data`` alone."""
-        return f"data: {self.model_dump_json()}\n\n".encode()
-
 
 class ChatStreamDone(BaseModel):
     """The end of a chat stream: ``data: [DONE]``."""
-
-    def to_sse(self) -> bytes:
-        """The last frame."""
-        return b"data: [DONE]\n\n"
 
 
 #: What a chat stream sends: chunks, then ``[DONE]``, or an error and ``[DONE]``.

@@ -266,21 +266,8 @@ class ResponseEvent:
         """The event's data as sent and stored: ``type`` and ``sequence_number`` first (11.4)."""
         return event_data_json(self.id, self.event, self.data.model_dump_json())
 
-    def to_sse(self) -> bytes:
-        """The event as SSE bytes: ``id``, ``event`` and one line of JSON ``data``."""
-        return sse_frame(self.id, self.event, self.data_json())
-
 
 def event_data_json(event_id: int, event: str, fields: str) -> str:
     """An event's JSON data: ``type`` (its name), ``sequence_number`` (its id), then ``fields``."""
     head = f'{{"type":{json.dumps(event)},"sequence_number":{event_id}'
     return head + ("}" if fields == "{}" else "," + fields[1:])
-
-
-def sse_frame(event_id: int | None, event: str, data: str) -> bytes:
-    """One SSE event: ``id``, ``event`` and one line of JSON ``data``.
-
-    Without an id (``None``) a browser keeps the last one it saw, and resumes after it.
-    """
-    head = "" if event_id is None else f"id: {event_id}\n"
-    return f"{head}event: {event}\ndata: {data}\n\n".encode()

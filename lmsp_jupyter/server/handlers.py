@@ -27,7 +27,7 @@ from ..service.responses import ResponseRun
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
 from .openapi import OpenApiHandler
-from .sse import EventStream, SseEvent
+from .sse import EventStream, SseEvent, sse_frame
 
 #: The ends of a stream that its key answers again (the others free the key).
 _ANSWERED = ("completed", "incomplete")
@@ -147,7 +147,7 @@ class _CreatingHandler(LmspHandler):
             async for event in events:
                 frames = render(event)
                 if claim is not None and event.is_final and run.status in _ANSWERED:
-                    rest = "".join(frame.to_sse().decode() for frame in frames)
+                    rest = b"".join(sse_frame(frame) for frame in frames).decode()
                     try:
                         claim.answer(200, stream.transcript + rest)
                     except Exception:  # the stream still ends; the key is recorded after it

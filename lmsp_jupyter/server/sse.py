@@ -6,10 +6,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Protocol
 
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
+
+from ..protocol.chat import ChatCompletionChunk, ChatStreamDone, ChatStreamError, ChatStreamFrame
+from ..protocol.events import ResponseEvent
+from ..service.store import StoredEvent
+from ..service.tasks import Interrupted
 
 #: A comment line alone: a blank line after it would make some clients see an empty event.
 KEEPALIVE = b": keep-alive\n"
@@ -19,12 +23,33 @@ RETRY_MILLISECONDS = 2000
 SLOW_CLIENT_SECONDS = 30.0
 
 
-class SseEvent(Protocol):
-    """Anything that can be sent as one server-sent event."""
+#: Anything that can be sent as one server-sent event.
+SseEvent = ResponseEvent | StoredEvent | Interrupted | ChatStreamFrame
 
-    def to_sse(self) -> bytes:
-        """The event's bytes."""
-        ...
+
+def sse_frame(event: SseEvent) -> bytes:
+    """``event`` as SSE bytes: ``id``, ``event`` and one line of JSON ``data`` for LMSP events;
+    ``data`` alone for Chat Completions' frames, as OpenAI's clients read them."""
+    if isinstance(event, ResponseEvent):
+        return _frame(event.id, event.event, event.data_json())
+    if isinstance(event, StoredEvent):
+        return _frame(event.id, event.event, event.data)
+    if isinstance(event, Interrupted):
+        return _frame(event.last_id, "error", event.data.model_dump_json())
+    if isinstance(event, ChatCompletionChunk):
+        return _frame(None, None, event.model_dump_json(exclude_none=True))
+    if isinstance(event, ChatStreamError):
+        return _frame(None, None, event.model_dump_json())
+    assert isinstance(event, ChatStreamDone)
+    return _frame(None, None, "[DONE]")
+
+
+def _frame(event_id: int | None, event: str | None, data: str) -> bytes:
+    """One SSE frame: ``id`` and ``event`` where given, then one line of ``data``."""
+    head = "" if event_id is None else f"id: {event_id}\n"
+    if event is not None:
+        head += f"event: {event}\n"
+    return f"{head}data: {data}\n\n".encode()
 
 
 class EventStream:
@@ -71,7 +96,7 @@ class EventStream:
             # No frame without data (11.4): ``retry`` travels in the first event's frame.
             head = f"retry: {RETRY_MILLISECONDS}\n".encode()
             async for event in events:
-                await self._write(head + event.to_sse())
+                await self._write(head + sse_frame(event))
                 head = b""
         except StreamClosedError:
             pass

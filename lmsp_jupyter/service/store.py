@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.errors import LmspError
-from ..protocol.events import FINAL_EVENTS, sse_frame
+from ..protocol.events import FINAL_EVENTS, ResponseEvent
 
 #: Each entry moves the schema one version up; the store applies the ones it has not yet.
 MIGRATIONS: list[str] = [
@@ -105,9 +105,10 @@ class StoredEvent:
         """Whether this event ends its stream."""
         return self.event in FINAL_EVENTS
 
-    def to_sse(self) -> bytes:
-        """The event as SSE bytes."""
-        return sse_frame(self.id, self.event, self.data)
+    @classmethod
+    def of(cls, event: ResponseEvent) -> StoredEvent:
+        """``event`` as it is stored."""
+        return cls(event.id, event.event, event.data_json())
 
 
 class Store:

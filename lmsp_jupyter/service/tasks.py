@@ -24,7 +24,6 @@ from ..protocol.events import (
     ResponseEvent,
     ResponseFailed,
     StreamError,
-    sse_frame,
 )
 from ..protocol.ids import new_id
 from ..protocol.requests import (
@@ -54,9 +53,10 @@ class Interrupted:
     problem: Problem
     last_id: int
 
-    def to_sse(self) -> bytes:
-        """The event as SSE bytes."""
-        return sse_frame(self.last_id, "error", StreamError(error=self.problem).model_dump_json())
+    @property
+    def data(self) -> StreamError:
+        """The event's data."""
+        return StreamError(error=self.problem)
 
 
 _METADATA = TypeAdapter(Metadata)
@@ -266,7 +266,7 @@ class TaskService:
     ) -> None:
         if self._closing:  # what a stopping service cut short is failed by ``recover``
             return
-        stored = StoredEvent(event.id, event.event, event.data_json())
+        stored = StoredEvent.of(event)
         final = None
         if event.is_final:
             final = FinalState(
@@ -416,7 +416,7 @@ class TaskService:
                 response_id=row["response_id"], error=error.to_problem(), response=response
             )
             event = ResponseEvent(id=row["last_event_id"] + 1, data=failed)
-            stored = StoredEvent(event.id, event.event, event.data_json())
+            stored = StoredEvent.of(event)
             final = FinalState(
                 status="failed",
                 result=response.model_dump_json(),

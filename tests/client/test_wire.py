@@ -19,6 +19,7 @@ from lmsp_jupyter.client import (
 )
 from lmsp_jupyter.protocol.events import OutputTextDelta, ResponseCompleted, ResponseCreated
 from lmsp_jupyter.protocol.responses import Response, Usage
+from lmsp_jupyter.server.sse import sse_frame
 
 BASE = "http://lmsp.test/jp/lmsp/v1"
 USAGE = Usage(input_tokens=1, output_tokens=1, total_tokens=2)
@@ -38,7 +39,7 @@ SSE = {"Content-Type": "text/event-stream; charset=utf-8"}
 
 def stream_of(*events: ResponseEvent, head: bytes = b"retry: 0\n") -> bytes:
     """A stream as the service sends it: ``retry`` in the first event's frame (11.4)."""
-    return head + b"".join(event.to_sse() for event in events) if events else b""
+    return head + b"".join(sse_frame(event) for event in events) if events else b""
 
 
 class Recorder:
@@ -187,8 +188,8 @@ def test_a_response_stream_cut_short_is_service_unreachable() -> None:
 
 def test_unknown_event_names_are_skipped() -> None:
     future = b'id: 2\nevent: response.future_thing\ndata: {"x": 1}\n\n'
-    body = stream_of(EVENTS[0]) + future + EVENTS[1].to_sse().replace(b"id: 2", b"id: 3")
-    recorder = Recorder(events_reply(body + EVENTS[2].to_sse().replace(b"id: 3", b"id: 4")))
+    body = stream_of(EVENTS[0]) + future + sse_frame(EVENTS[1]).replace(b"id: 2", b"id: 3")
+    recorder = Recorder(events_reply(body + sse_frame(EVENTS[2]).replace(b"id: 3", b"id: 4")))
     with LmspClient(BASE, "t", transport=recorder.transport()) as client:
         received = list(client.task_events("task_1"))
     assert [(event.id, event.event) for event in received] == [

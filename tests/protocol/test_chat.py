@@ -38,6 +38,7 @@ from lmsp_jupyter.protocol.requests import (
     validate_request,
 )
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
+from lmsp_jupyter.server.sse import sse_frame
 
 RID = "resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"
 USAGE = Usage(input_tokens=3, output_tokens=2, total_tokens=5)
@@ -187,9 +188,9 @@ def test_a_response_becomes_a_chat_completion() -> None:
 
 
 def frames(translator: ChunkTranslator, *data: Any) -> list[str]:
-    out = [translator.first().to_sse()]
+    out = [sse_frame(translator.first())]
     for number, item in enumerate(data, start=1):
-        out += [chunk.to_sse() for chunk in translator.feed(ResponseEvent(number, item))]
+        out += [sse_frame(chunk) for chunk in translator.feed(ResponseEvent(number, item))]
     return [frame.decode() for frame in out]
 
 

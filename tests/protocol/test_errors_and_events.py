@@ -25,6 +25,7 @@ from lmsp_jupyter.protocol.events import (
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
+from lmsp_jupyter.server.sse import sse_frame
 from tests.spec import SPEC_STATUSES
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -118,7 +119,7 @@ def delta(text: str) -> OutputTextDelta:
 
 def test_to_sse_is_id_event_and_one_line_of_json_data() -> None:
     event = ResponseEvent(id=3, data=delta("Hi"))
-    assert event.to_sse() == (
+    assert sse_frame(event) == (
         b"id: 3\n"
         b"event: response.output_text.delta\n"
         b'data: {"type":"response.output_text.delta","sequence_number":3,"response_id":"'
@@ -143,8 +144,8 @@ def test_event_data_carries_its_name_as_type_and_its_id_as_sequence_number() -> 
 def test_to_sse_data_is_one_line_when_the_delta_has_newlines() -> None:
     text = "line one\nline two\r\n\nend\u2028"
     sse = ResponseEvent(id=7, data=delta(text))
-    assert b"\r" not in sse.to_sse()
-    lines = sse.to_sse().decode().split("\n")
+    assert b"\r" not in sse_frame(sse)
+    lines = sse_frame(sse).decode().split("\n")
     assert lines[:2] == ["id: 7", "event: response.output_text.delta"]
     assert lines[2].startswith("data: ")
     assert lines[3:] == ["", ""]
@@ -154,7 +155,7 @@ def test_to_sse_data_is_one_line_when_the_delta_has_newlines() -> None:
 def test_to_sse_keeps_null_fields() -> None:
     item = OutputMessage(id=MID)
     sse = ResponseEvent(id=2, data=OutputItemAdded(response_id=RID, output_index=0, item=item))
-    data = sse.to_sse().decode().split("\n")[2].removeprefix("data: ")
+    data = sse_frame(sse).decode().split("\n")[2].removeprefix("data: ")
     assert json.loads(data) == {
         "type": "response.output_item.added",
         "sequence_number": 2,
@@ -173,7 +174,7 @@ def test_to_sse_keeps_null_fields() -> None:
 def test_to_sse_of_a_failed_event_carries_the_problem() -> None:
     problem = LmspError("generation_failed", "boom").to_problem()
     failed = ResponseFailed(response_id=RID, error=problem, response=RESPONSE)
-    sse = ResponseEvent(id=4, data=failed).to_sse()
+    sse = sse_frame(ResponseEvent(id=4, data=failed))
     head, data = sse.decode().split("\ndata: ")
     fields = json.loads(data)
     assert head == "id: 4\nevent: response.failed"
@@ -245,7 +246,7 @@ EVENTS = [
 def test_event_name_and_is_final_of_each_event(data: object, name: str, final: bool) -> None:
     event = ResponseEvent(id=1, data=data)  # type: ignore[arg-type]
     assert (event.event, event.is_final) == (name, final)
-    assert event.to_sse().startswith(f"id: 1\nevent: {name}\ndata: ".encode())
+    assert sse_frame(event).startswith(f"id: 1\nevent: {name}\ndata: ".encode())
 
 
 def test_final_events_are_the_four_final_statuses_and_error() -> None:

@@ -29,6 +29,7 @@ from lmsp_jupyter.engine.generation import (
 from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, ResponseFailed
 from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.tasks import Task
+from lmsp_jupyter.server.sse import sse_frame
 from lmsp_jupyter.service.idempotency import Action, Claim, IdempotencyKeys
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
@@ -197,7 +198,7 @@ async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: P
     live = await follow_all(tasks, task.id)
     await wait_final(tasks, task.id)
     stored = await follow_all(tasks, task.id)
-    assert [e.to_sse() for e in stored] == [e.to_sse() for e in live]
+    assert [sse_frame(e) for e in stored] == [sse_frame(e) for e in live]
     assert names(stored) == [*START, *TEXT_OPEN, DELTA, DELTA, *TEXT_CLOSE, "response.failed"]
     assert_one_final_last(stored)
     result = tasks.get(task.id, "jupyter")
@@ -222,7 +223,7 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
         if len(live) == 4:
             store.fault = sqlite3.OperationalError("database or disk is full")
     assert isinstance(live[-1], Interrupted)
-    frame = live[-1].to_sse().decode()
+    frame = sse_frame(live[-1]).decode()
     received = live[:-1]
     assert frame.startswith(f"id: {len(received)}\nevent: error\ndata: ")  # resume from it
     assert_one_final_last([*received, StoredEvent(len(received) + 1, "response.failed", "{}")])
@@ -231,11 +232,11 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
     store.fault = None
     await wait_final(tasks, task.id)
     stored = await follow_all(tasks, task.id)
-    assert [e.to_sse() for e in stored[: len(received)]] == [e.to_sse() for e in received]
+    assert [sse_frame(e) for e in stored[: len(received)]] == [sse_frame(e) for e in received]
     assert_one_final_last(stored)
     assert stored[-1].event == "response.failed"
     resumed = await follow_all(tasks, task.id, live[-1].last_id)  # from the error event's id
-    assert [e.to_sse() for e in resumed] == [stored[-1].to_sse()]
+    assert [sse_frame(e) for e in resumed] == [sse_frame(stored[-1])]
     assert tasks.get(task.id, "jupyter").status == "failed"
     assert integrity(store.path) == "ok"
 
