@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from traitlets import Dict, Float, Int, List, Unicode
+from traitlets.config import LoggingConfigurable
 
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import (
@@ -18,18 +20,41 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
+from lmsp_jupyter.engine.scheduler import EngineSettings
 
 
-@dataclass
-class ScriptedEngine:
-    """Plays ``deltas`` (with ``delay`` seconds before each), then fails or finishes."""
+class ScriptedEngine(LoggingConfigurable):
+    """Plays ``deltas`` (with ``delay`` seconds before each), then fails or finishes.
 
-    deltas: Sequence[str] = ("Hel", "lo")
-    delay: float = 0.0
-    fail_after: int | None = None
-    context_size: int = 4096
-    slots: int = 1
-    prompts: list[Sequence[ChatMessage]] = field(default_factory=list)
+    A server configured with ``LmspApp.engine_class`` set to this class serves its local models
+    with it; its traits are then set as ``ScriptedEngine.deltas`` and so on, and
+    ``ScriptedEngine.then`` scripts the generations after the first.
+    """
+
+    deltas = List(Unicode(), default_value=["Hel", "lo"]).tag(config=True)
+    delay = Float(0.0).tag(config=True)
+    fail_after = Int(None, allow_none=True).tag(config=True)
+    context_size = Int(4096).tag(config=True)
+    slots = Int(1).tag(config=True)
+    then = List(
+        Dict(),
+        help="The scripts of the next generations in turn, each a dict of deltas, delay and "
+        "fail_after; the last one plays again from then on.",
+    ).tag(config=True)
+
+    def __init__(self, settings: EngineSettings | None = None, **kwargs: Any) -> None:
+        """``settings`` is what the app gives every engine class; a script ignores it."""
+        super().__init__(**kwargs)
+        #: The messages of every prompt rendered, in order.
+        self.prompts: list[Sequence[ChatMessage]] = []
+        self.generations = 0
+
+    def script(self) -> tuple[Sequence[str], float, int | None]:
+        """The deltas, delay and failure of the next generation (counted by the caller)."""
+        if self.generations == 0 or not self.then:
+            return self.deltas, self.delay, self.fail_after
+        later = self.then[min(self.generations, len(self.then)) - 1]
+        return later.get("deltas", self.deltas), later.get("delay", 0.0), later.get("fail_after")
 
     def context_length(self, entry: ModelEntry) -> int:
         return self.context_size
@@ -52,6 +77,9 @@ class ScriptedEngine:
     def thinks(self, entry: ModelEntry) -> bool:
         return False
 
+    def close(self) -> None:
+        pass
+
     async def render(
         self,
         entry: ModelEntry,
@@ -66,10 +94,12 @@ class ScriptedEngine:
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
     ) -> AsyncIterator[GenerationEvent]:
+        deltas, delay, fail_after = self.script()
+        self.generations += 1
         count = 0
-        for delta in self.deltas:
-            await asyncio.sleep(self.delay)
-            if self.fail_after is not None and count >= self.fail_after:
+        for delta in deltas:
+            await asyncio.sleep(delay)
+            if fail_after is not None and count >= fail_after:
                 raise EngineError("scripted failure")
             if cancel.cancelled:
                 yield GenerationDone("cancelled", len(prompt.tokens), count)

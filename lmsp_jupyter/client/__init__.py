@@ -3,17 +3,26 @@
 ``LmspClient()`` finds the service by itself (:func:`discover`): in a kernel started by a Jupyter
 server with the extension, no URL or token is ever needed. :class:`SseParser` is the incremental
 ``text/event-stream`` parser the clients read streams with, for code that reads raw bytes itself
-(the benchmarks do). ``URL_VARIABLE``, ``TOKEN_VARIABLE`` and ``ROOT_VARIABLE`` name the
-environment variables the server extension exports to its kernels and discovery reads.
+(the benchmarks do). ``URL_VARIABLE``, ``TOKEN_VARIABLE``, ``ROOT_VARIABLE`` and
+``MODEL_VARIABLE`` name the environment variables the server extension exports to its kernels
+(discovery reads the first two, the ``%lmsp`` magic the last).
 """
 
 from ..protocol.events import ResponseEvent
 from ._client import AsyncLmspClient, LmspClient
-from ._discovery import ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE, ServiceLocation, discover
+from ._discovery import (
+    MODEL_VARIABLE,
+    ROOT_VARIABLE,
+    TOKEN_VARIABLE,
+    URL_VARIABLE,
+    ServiceLocation,
+    discover,
+)
 from ._errors import LmspClientError, ProblemError, ProtocolViolation, ServiceUnreachable
 from ._sse import ServerSentEvent, SseParser
 
 __all__ = [
+    "MODEL_VARIABLE",
     "ROOT_VARIABLE",
     "TOKEN_VARIABLE",
     "URL_VARIABLE",

@@ -17,6 +17,9 @@ URL_VARIABLE = "LMSP_URL"
 TOKEN_VARIABLE = "LMSP_TOKEN"
 #: The Jupyter server's root directory, so a kernel can name its notebook as the server does.
 ROOT_VARIABLE = "LMSP_ROOT_DIR"
+#: The server's default model (``LmspApp.default_model``): what ``%lmsp ask`` asks without
+#: ``--model``.
+MODEL_VARIABLE = "LMSP_MODEL"
 #: How long a running server has to answer before the next one is tried.
 _PROBE_SECONDS = 3.0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .catalog import ModelEntry
 from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
@@ -30,8 +30,14 @@ class ModelIndex(Protocol):
         ...
 
 
+@runtime_checkable
 class GenerationBackend(Protocol):
-    """Renders prompts and generates for the models it serves."""
+    """Renders prompts and generates for the models it serves.
+
+    ``LmspApp.engine_class`` names the class of the in-process one: the app builds it as
+    ``engine_class(EngineSettings(...), parent=app, log=app.log)``, so that a
+    ``LoggingConfigurable`` backend reads its own settings from the Jupyter config.
+    """
 
     def context_length(self, entry: ModelEntry) -> int:
         """The context window, in tokens, that requests for ``entry`` must fit in."""

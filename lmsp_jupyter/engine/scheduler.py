@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from traitlets.config import LoggingConfigurable
+
 from .batching import GenerationRequest, ModelWorker, WorkerSettings
 from .catalog import ModelEntry
 from .generation import (
@@ -103,10 +105,15 @@ def context_length(entry: ModelEntry, settings: EngineSettings) -> int:
     return min(entry.context_length, settings.context_size)
 
 
-class Engine:
-    """Runs models: renders prompts, tokenizes, and generates on per-model worker threads."""
+class Engine(LoggingConfigurable):
+    """Runs models: renders prompts, tokenizes, and generates on per-model worker threads.
 
-    def __init__(self, settings: EngineSettings | None = None) -> None:
+    The default ``LmspApp.engine_class``: the app builds it as ``Engine(settings, parent=app)``.
+    """
+
+    def __init__(self, settings: EngineSettings | None = None, **kwargs: Any) -> None:
+        """Run models with ``settings``; ``kwargs`` are ``parent``, ``config`` and ``log``."""
+        super().__init__(**kwargs)
         self.settings = settings or EngineSettings()
         self._workers: dict[str, ModelWorker] = {}
         self._tokenizers: dict[str, _Tokenizing] = {}

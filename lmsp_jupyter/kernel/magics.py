@@ -34,7 +34,8 @@ class LmspMagics(Magics):
         %%lmsp [options]                  the prompt is the cell
         %lmsp models | tasks | cancel [id] | resume <task_id>
 
-        Options: --model ID, --system TEXT, --max-tokens N, --temperature T,
+        Options: --model ID (default: the server's LmspApp.default_model, else the first
+        loaded model, else the first listed), --system TEXT, --max-tokens N, --temperature T,
         --json NAME|JSON (a JSON Schema dict or pydantic model in the namespace, or a schema),
         --tools f,g (functions decorated with @lmsp_jupyter.tool),
         --tool-choice auto|required|none|NAME (the first round only), --continue (from the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ import comm
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from ..client import LmspClientError
+from ..client import MODEL_VARIABLE, LmspClientError
 from ..protocol.models import Model
 from ..protocol.tasks import Task
 from .answer import Answer
@@ -143,6 +144,9 @@ class KernelSession:
         return answer if self.notebook else run_in_terminal(answer, self._ask)
 
     def _default_model(self) -> str:
+        """The server's default model (``$LMSP_MODEL``), else the first loaded, else the first."""
+        if self._model is None:
+            self._model = os.environ.get(MODEL_VARIABLE) or None
         if self._model is None:
             models = self.models()
             if not models:

@@ -6,7 +6,7 @@ import ast
 import asyncio
 import logging
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +15,9 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, List, Type, Unicode, default
 
-from ..client import ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
+from ..client import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
+from ..engine.backend import GenerationBackend
 from ..engine.catalog import (
-    BUNDLED_MODEL_ID,
     ModelCatalog,
     default_huggingface_cache_dir,
     default_ollama_dir,
@@ -92,6 +92,15 @@ class LmspApp(ExtensionApp):
         "exist or holds no .gguf file.",
     ).tag(config=True)
 
+    engine_class = Type(
+        default_value=Engine,
+        klass=GenerationBackend,
+        help="The class that runs the local models (the in-process llama.cpp engine by "
+        "default), built as engine_class(EngineSettings(...), parent=LmspApp, log=...): it "
+        "implements lmsp_jupyter.engine.backend.GenerationBackend, and a LoggingConfigurable "
+        "one reads its own settings from the Jupyter config.",
+    ).tag(config=True)
+
     model_manager_class = Type(
         default_value=ModelManager,
         klass=ModelManager,
@@ -133,8 +142,9 @@ class LmspApp(ExtensionApp):
     ).tag(config=True)
 
     default_model = Unicode(
-        BUNDLED_MODEL_ID,
-        help="The model clients use when they name none (the %lmsp magic, the quickstart).",
+        "",
+        help="The model %lmsp ask uses without --model: the kernels this server starts "
+        "inherit it as $LMSP_MODEL. Empty: the first loaded model, else the first listed.",
     ).tag(config=True)
 
     context_size = Int(
@@ -244,8 +254,10 @@ class LmspApp(ExtensionApp):
         return str(default_huggingface_cache_dir())
 
     def initialize_settings(self) -> None:
-        """Build the catalog, engine and services and share them with the handlers."""
+        """Build the catalog, engine and services and share them with the handlers, and tell
+        the kernels the server will start which model to ask by default."""
         self._share_log()
+        export_default_model(self.default_model, os.environ)
         catalog = ModelCatalog(
             model_dirs=[Path(d).expanduser() for d in self.model_dirs],
             ollama_dir=Path(self.ollama_dir).expanduser() if self.ollama_dir else None,
@@ -255,14 +267,14 @@ class LmspApp(ExtensionApp):
                 else None
             ),
         )
-        local = Engine(
-            EngineSettings(
-                context_size=self.context_size,
-                threads=self.threads,
-                batch_size=self.batch_size,
-                parallel=self.parallel,
-            )
+        settings = EngineSettings(
+            context_size=self.context_size,
+            threads=self.threads,
+            batch_size=self.batch_size,
+            parallel=self.parallel,
         )
+        build: Callable[..., GenerationBackend] = self.engine_class  # a class, not the Protocol
+        local = build(settings, parent=self, log=self.log)
         remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
         self.engine = EngineRouter(local, catalog, remotes)
         for notice in catalog.notices():
@@ -289,7 +301,6 @@ class LmspApp(ExtensionApp):
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
-            lmsp_default_model=self.default_model,
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.keepalive_seconds,
             lmsp_slow_client_seconds=self.slow_client_seconds,
@@ -377,6 +388,14 @@ def export_location(serverapp: Any, environ: MutableMapping[str, str]) -> None:
         environ[TOKEN_VARIABLE] = token
     else:
         environ.pop(TOKEN_VARIABLE, None)
+
+
+def export_default_model(model: str, environ: MutableMapping[str, str]) -> None:
+    """Set ``LMSP_MODEL`` to the server's default model (``""``: unset, the magic picks one)."""
+    if model:
+        environ[MODEL_VARIABLE] = model
+    else:
+        environ.pop(MODEL_VARIABLE, None)
 
 
 def main(argv: list[str] | None = None, **kwargs: Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from lmsp_jupyter.client import ProblemError
+from lmsp_jupyter.client import MODEL_VARIABLE, ProblemError
 from lmsp_jupyter.kernel import connect
 from lmsp_jupyter.kernel.answer import Answer
 from lmsp_jupyter.kernel.magics import LmspMagics
@@ -43,7 +43,9 @@ class Shell:
 
 
 @pytest.fixture
-def make_shell() -> Iterator[Any]:
+def make_shell(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.delenv(MODEL_VARIABLE, raising=False)  # no server's default model
+
     def make(*turns: Turn, replies: list[str] | None = None) -> Shell:
         return Shell(ScriptedClient(list(turns)), replies or [])
 
@@ -68,6 +70,18 @@ def test_ask_prints_the_text_as_it_comes_and_returns_the_answer(
             "max_output_tokens": 3,
         }
     ]
+
+
+def test_without_model_an_ask_uses_the_servers_default_model(
+    make_shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server exports ``LmspApp.default_model`` to its kernels as ``$LMSP_MODEL``."""
+    monkeypatch.setenv(MODEL_VARIABLE, "m")
+    shell = make_shell(Turn(deltas=("Hi",)), Turn(deltas=("Yes",)))
+    shell.lmsp("ask Hello")
+    shell.lmsp("ask --model loaded Hello")
+    # Without $LMSP_MODEL the first loaded model ("loaded") is asked: see the test above.
+    assert [request["model"] for request in shell.client.requests] == ["m", "loaded"]
 
 
 def test_the_value_is_not_shown_twice(make_shell: Any, capsys: pytest.CaptureFixture[str]) -> None:

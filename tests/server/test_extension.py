@@ -9,22 +9,41 @@ from typing import Any
 
 import httpx
 import pytest
+from traitlets.config import Config
 
 from lmsp_jupyter.engine.batching import ModelWorker
 from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.server.app import LmspApp
-from lmsp_jupyter.service.responses import ResponseService
 from tests.conftest import MODEL, start_server, stop_server
 from tests.doubles import ScriptedEngine
 from tests.server.sse import parse_sse
 
 
+def server_config(request: pytest.FixtureRequest, **lmsp: Any) -> Config:
+    """The in-process server's config: the extension, none of the machine's model stores, and
+    the ``lmsp`` settings of ``LmspApp``.
+
+    A test marked ``@pytest.mark.script({"deltas": [...], "delay": ..., "fail_after": ...},
+    ...)`` has its models served by ``ScriptedEngine`` (``LmspApp.engine_class``) playing those
+    scripts, one per generation in turn, the last one from then on.
+    """
+    config = Config(
+        {
+            "ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}},
+            "LmspApp": {"ollama_dir": "", "huggingface_cache_dir": "", **lmsp},
+        }
+    )
+    marker = request.node.get_closest_marker("script")
+    if marker is not None:
+        first, *then = marker.args
+        config.LmspApp.engine_class = ScriptedEngine
+        config.ScriptedEngine = Config({**first, "then": then})
+    return config
+
+
 @pytest.fixture
-def jp_server_config() -> dict[str, Any]:
-    return {
-        "ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}},
-        "LmspApp": {"ollama_dir": "", "huggingface_cache_dir": "", "keepalive_seconds": 0.05},
-    }
+def jp_server_config(request: pytest.FixtureRequest) -> Config:
+    return server_config(request, keepalive_seconds=0.05)
 
 
 @pytest.fixture
@@ -50,15 +69,11 @@ def lmsp_app(serverapp: Any) -> LmspApp:
     return app
 
 
-def responses_service(serverapp: Any) -> ResponseService:
-    service: ResponseService = serverapp.web_app.settings["lmsp_responses"]
-    return service
-
-
-def script(serverapp: Any, engine: ScriptedEngine) -> None:
-    """Put a scripted engine behind the running server's response service."""
-    responses_service(serverapp).engine = engine  # type: ignore[assignment]
-    responses_service(serverapp).models.engine = engine  # type: ignore[assignment]
+def scripted_engine(serverapp: Any) -> ScriptedEngine:
+    """The scripted engine of a server whose test is marked ``script``."""
+    engine = lmsp_app(serverapp).engine.local
+    assert isinstance(engine, ScriptedEngine)
+    return engine
 
 
 async def test_mounted_under_the_servers_base_url(
@@ -70,8 +85,8 @@ async def test_mounted_under_the_servers_base_url(
     assert response.json()["object"] == "service"
 
 
-async def test_keep_alive_comments_while_idle(jp_serverapp: Any, lmsp: httpx.AsyncClient) -> None:
-    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], delay=0.4))
+@pytest.mark.script({"deltas": ["a", "b"], "delay": 0.4})
+async def test_keep_alive_comments_while_idle(lmsp: httpx.AsyncClient) -> None:
     body = {"model": MODEL, "input": "x", "stream": True}
     async with lmsp.stream("POST", "/responses", json=body) as response:
         lines = [line async for line in response.aiter_lines()]
@@ -82,10 +97,8 @@ async def test_keep_alive_comments_while_idle(jp_serverapp: Any, lmsp: httpx.Asy
     assert [e.event for e in events][-1] == "response.completed"
 
 
-async def test_failure_mid_stream_ends_with_one_response_failed(
-    jp_serverapp: Any, lmsp: httpx.AsyncClient
-) -> None:
-    script(jp_serverapp, ScriptedEngine(deltas=["a", "b", "c"], fail_after=2))
+@pytest.mark.script({"deltas": ["a", "b", "c"], "fail_after": 2})
+async def test_failure_mid_stream_ends_with_one_response_failed(lmsp: httpx.AsyncClient) -> None:
     body = {"model": MODEL, "input": "x", "stream": True}
     async with lmsp.stream("POST", "/responses", json=body) as response:
         events, _ = parse_sse([line async for line in response.aiter_lines()])
@@ -108,17 +121,16 @@ async def test_failure_mid_stream_ends_with_one_response_failed(
     assert events[-1].data["error"]["code"] == "generation_failed"
 
 
+@pytest.mark.script({"deltas": ["a", "b"], "fail_after": 1}, {"deltas": ["ok"]})
 async def test_failure_in_a_sync_request_is_generation_failed_problem(
-    jp_serverapp: Any, lmsp: httpx.AsyncClient
+    lmsp: httpx.AsyncClient,
 ) -> None:
-    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], fail_after=1))
     response = await lmsp.post("/responses", json={"model": MODEL, "input": "x"})
     assert response.status_code == 500
     assert response.headers["content-type"] == "application/problem+json"
     problem = response.json()
     assert problem["code"] == "generation_failed"
     assert "Traceback" not in response.text
-    script(jp_serverapp, ScriptedEngine(deltas=["ok"]))
     after = await lmsp.post("/responses", json={"model": MODEL, "input": "x"})
     assert after.status_code == 200
     assert after.json()["output"][0]["content"][0]["text"] == "ok"

@@ -20,15 +20,14 @@ import httpx
 import pytest
 
 from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, start_server, stop_server
-from tests.doubles import ScriptedEngine
 from tests.server import test_extension as in_process
 from tests.server.sse import Event, parse_sse
 from tests.server.test_http import assert_problem
 
-#: A server process of the test's own, with a scripted engine put behind it by ``script``.
+#: A server process of the test's own; a test marked ``script`` has a scripted engine.
 jp_server_config = in_process.jp_server_config
 lmsp = in_process.lmsp
-script = in_process.script
+scripted_engine = in_process.scripted_engine
 
 BODY: dict[str, Any] = {"model": MODEL, "input": "x"}
 
@@ -63,12 +62,12 @@ async def retry_until_free(client: httpx.AsyncClient, key: str) -> httpx.Respons
 # --- streams -----------------------------------------------------------------------------------
 
 
+@pytest.mark.script({"deltas": ["Hel", "lo"]})
 async def test_a_finished_stream_replays_as_the_same_stream(
     jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    engine = ScriptedEngine(deltas=["Hel", "lo"])
-    script(jp_serverapp, engine)
+    engine = scripted_engine(jp_serverapp)
     first = await stream(lmsp, "stream-replay")
     again = await stream(lmsp, "stream-replay")
     assert first.status_code == again.status_code == 200
@@ -80,12 +79,12 @@ async def test_a_finished_stream_replays_as_the_same_stream(
     assert len(engine.prompts) == 1  # generated once
 
 
+@pytest.mark.script({"deltas": ["Hel", "lo"]})
 async def test_a_finished_chat_stream_replays_as_the_same_chunks(
     jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    engine = ScriptedEngine(deltas=["Hel", "lo"])
-    script(jp_serverapp, engine)
+    engine = scripted_engine(jp_serverapp)
     body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
     headers = {"Idempotency-Key": "chat-replay"}
     first = await lmsp.post("/chat/completions", json=body, headers=headers)
@@ -99,12 +98,12 @@ async def test_a_finished_chat_stream_replays_as_the_same_chunks(
     assert len(engine.prompts) == 1  # generated once
 
 
+@pytest.mark.script({"deltas": ["Hel", "lo"]})
 async def test_a_background_stream_replays_its_task_events(
     jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    engine = ScriptedEngine(deltas=["Hel", "lo"])
-    script(jp_serverapp, engine)
+    engine = scripted_engine(jp_serverapp)
     first = await stream(lmsp, "background-replay", background=True)
     again = await stream(lmsp, "background-replay", background=True)
     assert first.status_code == again.status_code == 200
@@ -116,11 +115,10 @@ async def test_a_background_stream_replays_its_task_events(
     assert len(engine.prompts) == 1  # one task, generated once
 
 
+@pytest.mark.script({"deltas": ["a"] * 200, "delay": 0.02}, {"deltas": ["b"]})
 async def test_a_stream_whose_client_left_is_not_replayed_and_its_key_is_free(
-    jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    script(jp_serverapp, ScriptedEngine(deltas=["a"] * 200, delay=0.02))
     headers = {"Idempotency-Key": "stream-left"}
     async with lmsp.stream(
         "POST", "/responses", json={**BODY, "stream": True}, headers=headers
@@ -130,7 +128,6 @@ async def test_a_stream_whose_client_left_is_not_replayed_and_its_key_is_free(
             deltas += line == "event: response.output_text.delta"
             if deltas == 3:
                 break
-    script(jp_serverapp, ScriptedEngine(deltas=["b"]))
     again = await retry_until_free(lmsp, "stream-left")
     assert again.status_code == 200
     assert "idempotent-replayed" not in again.headers
@@ -139,14 +136,12 @@ async def test_a_stream_whose_client_left_is_not_replayed_and_its_key_is_free(
     assert "".join(e.data["delta"] for e in events if "delta" in e.data) == "b"
 
 
+@pytest.mark.script({"deltas": ["a", "b"], "fail_after": 1}, {"deltas": ["ok"]})
 async def test_a_stream_that_failed_on_the_server_frees_its_key(
-    jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], fail_after=1))
     failed = events_of(await stream(lmsp, "stream-failed"))
     assert failed[-1].event == "response.failed"
-    script(jp_serverapp, ScriptedEngine(deltas=["ok"]))
     again = await stream(lmsp, "stream-failed")
     assert "idempotent-replayed" not in again.headers
     events = events_of(again)
@@ -154,11 +149,10 @@ async def test_a_stream_that_failed_on_the_server_frees_its_key(
     assert events[0].data["response_id"] != failed[0].data["response_id"]
 
 
+@pytest.mark.script({})
 async def test_a_stream_refused_before_it_starts_replays_the_same_problem(
-    jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    script(jp_serverapp, ScriptedEngine())
     first = await stream(lmsp, "stream-400", temperature=9)
     again = await stream(lmsp, "stream-400", temperature=9)
     assert assert_problem(first, 400, "invalid_request") == assert_problem(
@@ -170,15 +164,13 @@ async def test_a_stream_refused_before_it_starts_replays_the_same_problem(
 # --- synchronous requests ----------------------------------------------------------------------
 
 
+@pytest.mark.script({"deltas": ["a", "b"], "fail_after": 1}, {"deltas": ["ok"]})
 async def test_a_5xx_first_attempt_is_not_kept(
-    jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
     headers = {"Idempotency-Key": "sync-5xx"}
-    script(jp_serverapp, ScriptedEngine(deltas=["a", "b"], fail_after=1))
     first = await lmsp.post("/responses", json=BODY, headers=headers)
     assert_problem(first, 500, "generation_failed")
-    script(jp_serverapp, ScriptedEngine(deltas=["ok"]))
     again = await lmsp.post("/responses", json=BODY, headers=headers)
     assert again.status_code == 200
     assert "idempotent-replayed" not in again.headers
@@ -188,11 +180,10 @@ async def test_a_5xx_first_attempt_is_not_kept(
     assert replay.json() == again.json()
 
 
+@pytest.mark.script({})
 async def test_the_same_json_value_is_the_same_request(
-    jp_serverapp: Any,
     lmsp: httpx.AsyncClient,
 ) -> None:
-    script(jp_serverapp, ScriptedEngine())
     headers = {"Idempotency-Key": "same-value", "Content-Type": "application/json"}
     first = await lmsp.post(
         "/responses",

@@ -9,12 +9,14 @@ its own command line.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
+from lmsp_jupyter.client import MODEL_VARIABLE
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
@@ -103,3 +105,23 @@ async def test_a_loaded_models_expiry_follows_the_keep_alive_set(
     assert model["status"] == "loaded"
     # Its last use ended just after it loaded (a loaded machine may take a while; not 1000 s).
     assert keep_alive <= model["expires_at"] - model["loaded_at"] < keep_alive + 100
+
+
+@pytest.fixture
+def stale_model_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``$LMSP_MODEL`` inherited from elsewhere, restored after the test."""
+    monkeypatch.setenv(MODEL_VARIABLE, "inherited")
+
+
+@pytest.mark.parametrize("jp_argv", [["--LmspApp.default_model=chat/model:7b"]])
+def test_the_default_model_is_exported_to_the_kernels_the_server_starts(
+    stale_model_variable: None, jp_serverapp: Any
+) -> None:
+    assert os.environ[MODEL_VARIABLE] == "chat/model:7b"
+
+
+def test_without_a_default_model_none_is_exported(
+    stale_model_variable: None, jp_serverapp: Any
+) -> None:
+    assert lmsp_app(jp_serverapp).default_model == ""
+    assert MODEL_VARIABLE not in os.environ  # the magic picks the first loaded model

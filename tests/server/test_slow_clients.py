@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
 
 import httpx
 import pytest
+from traitlets.config import Config
 
 from tests.conftest import MODEL
-from tests.doubles import ScriptedEngine
 from tests.server import test_extension as in_process
 from tests.server.sse import parse_sse
 
 lmsp = in_process.lmsp
-script = in_process.script
 #: 60 deltas of 256 KiB (64 Ki four-byte characters, under the 4 Mi characters an output
 #: text may have): far more than the socket buffers of a client that does not read can hold.
 BIG = "\N{GRINNING FACE}" * 65536
@@ -25,15 +23,14 @@ SLOW_S = 3
 
 
 @pytest.fixture
-def jp_server_config() -> dict[str, Any]:
-    lmsp = {"ollama_dir": "", "huggingface_cache_dir": "", "slow_client_seconds": SLOW_S}
-    return {"ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}}, "LmspApp": lmsp}
+def jp_server_config(request: pytest.FixtureRequest) -> Config:
+    return in_process.server_config(request, slow_client_seconds=SLOW_S)
 
 
+@pytest.mark.script({"deltas": [BIG] * COUNT, "delay": 0.01})
 async def test_a_follower_that_stops_reading_is_dropped_and_resumes_from_its_last_id(
-    jp_serverapp: Any, lmsp: httpx.AsyncClient, jp_http_port: int, jp_base_url: str
+    lmsp: httpx.AsyncClient, jp_http_port: int, jp_base_url: str
 ) -> None:
-    script(jp_serverapp, ScriptedEngine(deltas=[BIG] * COUNT, delay=0.01))
     body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
     task = (await lmsp.post("/tasks", json=body)).json()
     path = f"{jp_base_url}lmsp/v1/tasks/{task['id']}/events"

@@ -12,7 +12,6 @@ import contextlib
 import sqlite3
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,6 @@ TEXT_OPEN = [ADDED, "response.content_part.added"]
 TEXT_CLOSE = ["response.output_text.done", "response.content_part.done", DONE]
 
 
-@dataclass
 class BuggyEngine(ScriptedEngine):
     """Plays its deltas, then fails with an exception that is not an ``EngineError``."""
 
@@ -70,7 +68,6 @@ class BuggyEngine(ScriptedEngine):
         raise RuntimeError("a bug")
 
 
-@dataclass
 class SilentEngine(ScriptedEngine):
     """Plays its deltas and stops without saying how generation ended."""
 
