@@ -1,7 +1,7 @@
 /**
  * What the side panel says of a model or a task, with no DOM.
  */
-import { formatRate, type ILmspModel, type ILmspTask } from './render';
+import { formatRate, roundRate, type ILmspModel, type ILmspTask } from './render';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {
@@ -25,15 +25,32 @@ export function modelDetails(model: ILmspModel): string[] {
   ];
 }
 
+/** What the side panel says of a finished task's rate, and how that figure was made. */
+export interface ITaskRate {
+  text: string;
+  title: string;
+}
+
 /**
- * Output tokens per second of a finished task. The task's times are whole seconds, so a run
- * that started and ended within the same second only gives a lower bound.
+ * Output tokens per second of a finished task: the figure its answer in this page measured
+ * (the round's own timing, the one the answer shows), else from the task's times, which are
+ * whole seconds (a run that started and ended within the same second only gives a lower bound).
  */
-export function taskRate(task: ILmspTask): string {
+export function taskRate(task: ILmspTask): ITaskRate {
+  const measured = roundRate(task.id);
+  if (measured !== null) {
+    return {
+      text: formatRate(measured),
+      title: 'Output tokens per second, as its answer measured'
+    };
+  }
   const tokens = task.result?.usage?.output_tokens;
   if (tokens === undefined || task.started_at === null || task.completed_at === null) {
-    return '';
+    return { text: '', title: '' };
   }
   const seconds = task.completed_at - task.started_at;
-  return seconds > 0 ? formatRate(tokens / seconds) : `>${formatRate(tokens, 0)}`;
+  return {
+    text: seconds > 0 ? formatRate(tokens / seconds) : `>${formatRate(tokens, 0)}`,
+    title: 'Output tokens ÷ (completed_at − started_at), in whole seconds'
+  };
 }

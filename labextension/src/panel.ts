@@ -265,16 +265,17 @@ export class LmspPanel extends Widget {
       line.append(cancel);
     }
     const details = [new Date(task.created_at * 1000).toLocaleTimeString()];
+    const rate = taskRate(task);
     if (task.result) {
-      details.push(task.result.model, taskRate(task));
+      details.push(task.result.model, rate.text);
     } else if (task.status === 'queued' && task.queue_position !== undefined) {
       details.push(`#${task.queue_position} in queue`);
     } else if (task.status === 'in_progress') {
       details.push('running');
     }
     const info = element('div', 'lmsp-panel-details', details.filter(Boolean).join(' · '));
-    if (task.result?.usage) {
-      info.title = 'Output tokens ÷ (completed_at − started_at), in whole seconds';
+    if (task.result && rate.title) {
+      info.title = rate.title;
     }
     row.append(line, info);
     return row;

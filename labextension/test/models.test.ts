@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
-import type { ILmspModel } from '../src/render';
-import { modelDetails } from '../src/models';
+import { Answer, type IAnswerState, type ILmspModel, type ILmspTask } from '../src/render';
+import { modelDetails, taskRate } from '../src/models';
 
 function model(fields: Partial<ILmspModel>): ILmspModel {
   return {
@@ -27,5 +27,57 @@ describe('modelDetails', () => {
   it('names the server of a remote model, which has no size here, instead of "0 B"', () => {
     const remote = model({ id: 'gpu/llama', size_bytes: null, owned_by: 'gpu' });
     expect(modelDetails(remote)[0]).toBe('remote: gpu');
+  });
+});
+
+function task(fields: Partial<ILmspTask>): ILmspTask {
+  return {
+    id: 'task_rate',
+    status: 'completed',
+    created_at: 100,
+    started_at: 100,
+    completed_at: 102,
+    result: {
+      id: 'resp_rate',
+      status: 'completed',
+      model: 'm',
+      output: [],
+      usage: { input_tokens: 4, output_tokens: 30, total_tokens: 34 }
+    },
+    ...fields
+  } as ILmspTask;
+}
+
+describe('taskRate', () => {
+  it("shows the rate the task's answer measured, the figure its answer view shows", () => {
+    const answer = new Answer();
+    answer.setState({
+      status: 'completed',
+      rounds: [
+        {
+          task_id: 'task_measured',
+          seconds: 1.5,
+          response: {
+            id: 'resp_measured',
+            status: 'completed',
+            model: 'm',
+            output: [],
+            usage: { input_tokens: 4, output_tokens: 30, total_tokens: 34 }
+          }
+        }
+      ]
+    } as IAnswerState);
+    expect(answer.tokensPerSecond()).toBe(20);
+    // 2 whole seconds between the task's times would say 15.0 tok/s: the answer's figure wins.
+    expect(taskRate(task({ id: 'task_measured' }))).toEqual({
+      text: '20.0 tok/s',
+      title: 'Output tokens per second, as its answer measured'
+    });
+  });
+
+  it('falls back to the whole seconds of a task no answer here measured', () => {
+    expect(taskRate(task({})).text).toBe('15.0 tok/s');
+    expect(taskRate(task({ completed_at: 100 })).text).toBe('>30 tok/s');
+    expect(taskRate(task({ result: null })).text).toBe('');
   });
 });

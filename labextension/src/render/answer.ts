@@ -6,11 +6,12 @@ import {
   applyEvents,
   emptyRound,
   isFinal,
+  noteRoundRate,
   roundFromResponse,
   tokensPerSecond,
   type IRoundView
 } from './reducer';
-import type { IAnswerState, AnswerStatus, ITaskEvent, IUsage } from './types';
+import type { IAnswerState, AnswerStatus, IRoundState, ITaskEvent, IUsage } from './types';
 
 const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);
 
@@ -118,18 +119,21 @@ export class Answer {
    * timed by the kernel that watched it (a saved answer), or null.
    */
   tokensPerSecond(): number | null {
-    const rounds = [...(this._state?.rounds ?? [])].reverse();
-    for (const round of rounds) {
-      const live = this._live.get(round.task_id);
-      const usage = round.response?.usage ?? live?.usage ?? null;
-      const rate = live ? tokensPerSecond({ ...live, usage }) : null;
-      if (rate !== null) {
-        return rate;
-      }
-      if (usage && round.seconds) {
-        return usage.output_tokens / round.seconds;
-      }
+    const rates = (this._state?.rounds ?? []).map(round => this.roundRate(round));
+    return rates.reverse().find(rate => rate !== null) ?? null;
+  }
+
+  /** A round's rate, noted for the other views of its task (`roundRate`). */
+  private roundRate(round: IRoundState): number | null {
+    const live = this._live.get(round.task_id);
+    const usage = round.response?.usage ?? live?.usage ?? null;
+    let rate = live ? tokensPerSecond({ ...live, usage }) : null;
+    if (rate === null && usage && round.seconds) {
+      rate = usage.output_tokens / round.seconds;
     }
-    return null;
+    if (rate !== null) {
+      noteRoundRate(round.task_id, rate);
+    }
+    return rate;
   }
 }
