@@ -1,12 +1,13 @@
 """Continuous batching of one model: a worker thread, its sequences, their KV cache slots.
 
-Each step the worker evaluates every running sequence's next token, or a chunk of its prompt,
-in passes of 2 to 7 tokens (the sequences' next tokens side by side), samples each sequence as
-soon as its pass is read and hands its text to the consumer. Each slot is a sequence of the
-llama.cpp context with its own KV cache, its cells in position order.
+Each step the worker evaluates chunks of new prompts (8 to 32 tokens a pass) and every other
+running sequence's next token (the sequences' next tokens side by side, 2 to 7 a pass), samples
+each sequence as soon as its pass is read and hands its text to the consumer; ``engine/llama.py``
+says why passes have these sizes. Each slot is a sequence of the llama.cpp context with its own
+KV cache, its cells in position order.
 A request joins at the next step; one that is cancelled while it waits never reaches the
 model. A finished sequence leaves its tokens in its slot's cache, and the next request whose
-prompt starts with them evaluates only what is new.
+prompt starts with its prompt evaluates only what is new.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from .generation import (
     TextDelta,
 )
 from .guidance import SchemaMatcher
-from .llama import PASS_TOKENS, BatchToken, LlamaModel, TokenSampler
+from .llama import (
+    DECODE_PASS_TOKENS,
+    PROMPT_PASS_MAX,
+    PROMPT_PASS_MIN,
+    BatchToken,
+    LlamaModel,
+    TokenSampler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +121,16 @@ class _Slot:
 
     id: int
     tokens: list[int] = field(default_factory=list)
+    #: How many of ``tokens`` were read as prompt (the rest were sampled, and read in passes
+    #: of another size): a later prompt may reuse only these.
+    prompted: int = 0
     sequence: _Sequence | None = None
     used_at: int = 0
+
+    def keep(self, count: int) -> None:
+        """Keep the first ``count`` tokens (the model's cache must be cut the same way)."""
+        del self.tokens[count:]
+        self.prompted = min(self.prompted, count)
 
 
 @dataclass(eq=False)
@@ -131,10 +147,10 @@ class _Sequence:
     generated: int = 0
 
     @property
-    def pending(self) -> int:
-        """Tokens not yet in the cache: the prompt's rest, or the last sampled token."""
+    def prompt_left(self) -> int:
+        """Prompt tokens not yet in the cache."""
         assert self.slot is not None
-        return len(self.tokens) - len(self.slot.tokens)
+        return max(0, len(self.request.prompt.tokens) - len(self.slot.tokens))
 
 
 class ModelWorker:
@@ -289,75 +305,78 @@ class ModelWorker:
         slot = max(free, key=lambda s: (reuse[s.id], not s.tokens, -s.used_at))
         kept = reuse[slot.id]
         self._model.forget(slot.id, kept)
-        del slot.tokens[kept:]
+        slot.keep(kept)
         slot.sequence, sequence.slot = sequence, slot
         if sequence.generated == 0:
             sequence.cached_tokens = kept
 
-    def _reusable(self, slot: _Slot, tokens: list[int]) -> int:
-        """How many of ``tokens`` ``slot``'s cache can serve (one is always left to evaluate).
+    @staticmethod
+    def _reusable(slot: _Slot, tokens: list[int]) -> int:
+        """How many of the prompt ``tokens`` ``slot``'s cache can serve: as far as both agree and
+        the cache was read as prompt, leaving at least one prompt pass to evaluate.
 
-        With sliding-window attention llama.cpp may take the cells of positions that fell out
-        of the window for new tokens, so a trimmed cache may miss some its new tokens need: a
-        cache longer than the window serves only when all of it is a prefix of ``tokens``
-        (a conservative rule; the full-size window cache would usually allow more).
+        A cache trimmed to a prefix stays whole with sliding-window attention too: each
+        sequence has a stream of its own, as long as the context, and llama.cpp puts new tokens
+        in the free cells after its head, which never wraps around onto the window's old cells.
         """
-        assert self._model is not None
-        limit = min(len(slot.tokens), len(tokens) - 1)
+        limit = min(slot.prompted, len(tokens) - PROMPT_PASS_MIN)
         same = 0
         while same < limit and slot.tokens[same] == tokens[same]:
             same += 1
-        window = self._model.sliding_window
-        if same < len(slot.tokens) and window and len(slot.tokens) >= window:
-            return 0
         return same
 
-    def _plan(self) -> list[tuple[_Sequence, int]]:
-        """How many pending tokens of each running sequence this step evaluates."""
-        decoding = any(s.pending == 1 for s in self._running)
-        budget = PROMPT_TOKENS_WHILE_DECODING if decoding else PROMPT_TOKENS_ALONE
-        budget = max(PASS_TOKENS, min(budget, self.settings.batch_size - len(self._running)))
-        plan: list[tuple[_Sequence, int]] = []
-        for sequence in self._running:
-            pending = sequence.pending
-            take = 1 if pending == 1 else min(pending, budget)
-            if pending > 1:
-                budget -= take
-            if take > 0:
-                plan.append((sequence, take))
-        return plan
-
     def _step(self) -> None:
-        """One step: every running sequence's next token or prompt chunk, in passes of 2 to
-        ``PASS_TOKENS`` tokens (see ``engine/llama.py``), each sampled as soon as it is read."""
+        """One step: chunks of new prompts, up to a budget that keeps the streams' pace, then
+        every other running sequence's next token; each sequence is sampled as soon as its
+        last pending token is read."""
         for sequence in list(self._running):
             if sequence.request.cancel.cancelled:
                 self._finish(sequence, "cancelled")
-        plan = self._plan() if self._running else []
-        for sequence, take in plan:
-            if take > 1:
-                for size in _pass_sizes(take):
-                    self._pass([sequence], size)
-        singles = sorted((s for s, take in plan if take == 1), key=lambda s: _slot_id(s))
-        for group in _consecutive_groups(singles):
-            self._pass(group, 1)
+        decoding = sorted((s for s in self._running if not s.prompt_left), key=_slot_id)
+        budget = PROMPT_TOKENS_WHILE_DECODING if decoding else PROMPT_TOKENS_ALONE
+        budget = max(1, min(budget, self.settings.batch_size - len(decoding)))
+        for sequence in [s for s in self._running if s.prompt_left]:
+            while budget > 0 and sequence.prompt_left:
+                size = _prompt_pass_size(sequence.prompt_left)
+                self._prompt_pass(sequence, size)
+                budget -= size
+        for group in _consecutive_groups(decoding):
+            self._decode_pass(group)
 
-    def _pass(self, group: list[_Sequence], size: int) -> None:
-        """Evaluate the next ``size`` pending tokens of each sequence of ``group`` (their slots
-        consecutive) in one pass, then sample those whose pending tokens are all read."""
+    def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
+        """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass, padded to
+        ``PROMPT_PASS_MIN`` tokens with positions after the prompt's end (a prompt shorter
+        than that; their cache is dropped right after); sample it once its prompt is read."""
+        assert self._model is not None and sequence.slot is not None
+        slot = sequence.slot
+        start = len(slot.tokens)
+        last = start + size == len(sequence.tokens)
+        batch = [
+            BatchToken(sequence.tokens[p], p, slot.id, last and p == start + size - 1)
+            for p in range(start, start + size)
+        ]
+        end = start + size
+        batch += [BatchToken(0, p, slot.id, False) for p in range(end, start + PROMPT_PASS_MIN)]
+        try:
+            self._model.decode(batch)
+        finally:
+            if len(batch) > size:
+                self._model.forget(slot.id, end)
+        slot.tokens.extend(sequence.tokens[start:end])
+        slot.prompted = len(slot.tokens)
+        if last:
+            self._advance(sequence, sequence.sampler.next(size - 1))
+
+    def _decode_pass(self, group: list[_Sequence]) -> None:
+        """Evaluate the last sampled token of each sequence of ``group`` (their slots
+        consecutive) in one pass, then sample each."""
         assert self._model is not None
         batch: list[BatchToken] = []
-        rows: list[tuple[_Sequence, int]] = []
         for sequence in group:
             slot = sequence.slot
             assert slot is not None
-            start = len(slot.tokens)
-            last = start + size == len(sequence.tokens)
-            for position in range(start, start + size):
-                ends = last and position == start + size - 1
-                batch.append(BatchToken(sequence.tokens[position], position, slot.id, ends))
-            if last:
-                rows.append((sequence, len(batch) - 1))
+            position = len(slot.tokens)
+            batch.append(BatchToken(sequence.tokens[position], position, slot.id, True))
         pad = self._pad(group[0]) if len(batch) == 1 else None
         if pad is not None:
             batch.append(pad)
@@ -366,11 +385,9 @@ class ModelWorker:
         finally:
             if pad is not None:
                 self._model.forget(pad.sequence, pad.position)
-        for sequence in group:
+        for row, sequence in enumerate(group):
             assert sequence.slot is not None
-            start = len(sequence.slot.tokens)
-            sequence.slot.tokens.extend(sequence.tokens[start : start + size])
-        for sequence, row in rows:
+            sequence.slot.tokens.append(sequence.tokens[len(sequence.slot.tokens)])
             self._advance(sequence, sequence.sampler.next(row))
 
     def _pad(self, sequence: _Sequence) -> BatchToken:
@@ -385,7 +402,7 @@ class ModelWorker:
         if len(slot.tokens) >= self._model.cells:  # an idle cache as long as the context
             assert slot.sequence is None
             self._model.forget(slot.id)
-            slot.tokens.clear()
+            slot.keep(0)
         return BatchToken(0, len(slot.tokens), neighbour, False)
 
     def _advance(self, sequence: _Sequence, tokens: list[int]) -> None:
@@ -442,7 +459,7 @@ class ModelWorker:
             self._running.remove(sequence)
         for slot in self._slots:
             slot.sequence = None
-            slot.tokens.clear()
+            slot.keep(0)
             if self._model is not None:
                 self._model.forget(slot.id)
 
@@ -452,18 +469,23 @@ def _slot_id(sequence: _Sequence) -> int:
     return sequence.slot.id
 
 
-def _pass_sizes(count: int) -> list[int]:
-    """``count`` tokens (2 or more) of one sequence in as few passes as can hold them, of
-    sizes as even as can be (none of one token)."""
-    passes = -(-count // PASS_TOKENS)
-    size, extra = divmod(count, passes)
-    return [size + 1] * extra + [size] * (passes - extra)
+def _even_parts(count: int, most: int) -> list[int]:
+    """``count`` split in as few parts of at most ``most`` as can hold it, as even as can be."""
+    parts = -(-count // most)
+    size, extra = divmod(count, parts)
+    return [size + 1] * extra + [size] * (parts - extra)
+
+
+def _prompt_pass_size(left: int) -> int:
+    """The next prompt pass's size when ``left`` prompt tokens remain: the passes as even as
+    can be, so none holds fewer than ``PROMPT_PASS_MIN`` unless the whole prompt does."""
+    return _even_parts(left, PROMPT_PASS_MAX)[0]
 
 
 def _consecutive_groups(sequences: list[_Sequence]) -> list[list[_Sequence]]:
-    """Sequences (sorted by slot) in groups of consecutive slots, at most ``PASS_TOKENS`` in a
-    group and the groups of a run as even as can be (llama.cpp reads a pass across streams only
-    for consecutive sequences; a group of one gets a padding token)."""
+    """Sequences (sorted by slot) in groups of consecutive slots, at most ``DECODE_PASS_TOKENS``
+    in a group and the groups of a run as even as can be (llama.cpp reads a pass across streams
+    only for consecutive sequences; a group of one gets a padding token)."""
     runs: list[list[_Sequence]] = []
     for sequence in sequences:
         if runs and _slot_id(runs[-1][-1]) + 1 == _slot_id(sequence):
@@ -473,7 +495,7 @@ def _consecutive_groups(sequences: list[_Sequence]) -> list[list[_Sequence]]:
     groups: list[list[_Sequence]] = []
     for run in runs:
         start = 0
-        for size in _pass_sizes(len(run)) if len(run) > 1 else [1]:
+        for size in _even_parts(len(run), DECODE_PASS_TOKENS):
             groups.append(run[start : start + size])
             start += size
     return groups

@@ -29,14 +29,22 @@ _TOP_K = 40
 _TOP_P = 0.95
 _MIN_P = 0.05
 
-#: Most tokens one forward pass holds. llama.cpp's CPU kernels change their arithmetic with
-#: the number of tokens in a pass: matrix products are tiled from 8 tokens on, attention is
-#: tiled from 64, and a pass of one token of one sequence splits attention over the KV cache in
-#: chunks that depend on how full it is. Each sequence has its own KV stream (its cells in
-#: position order, which attention visits in turn), and every pass holds 2 to 7 tokens: then a
-#: token's logits depend neither on the other sequences nor on how its prompt was chunked.
-#: The batching worker composes the passes (``engine/batching.py``).
-PASS_TOKENS = 7
+#: The sizes of forward passes. llama.cpp's CPU kernels change their arithmetic with the number
+#: of tokens in a pass: matrix products are tiled from 8 tokens on, attention is tiled from 64
+#: tokens of a sequence, and a pass of one token of one sequence splits attention over the KV
+#: cache in chunks that depend on how full it is. Within each of two ranges the results are
+#: the same whatever else the pass holds: 2 to ``DECODE_PASS_TOKENS`` tokens, and
+#: ``PROMPT_PASS_MIN`` to ``PROMPT_PASS_MAX`` tokens of each sequence in it. So sampled tokens
+#: are read in passes of the first range (a sequence's next token beside the others', a pad
+#: beside a lone one) and prompts in passes of the second (padded to its minimum with tokens
+#: after the prompt's end, which are dropped after the pass). Each sequence has its own KV
+#: stream, its cells in position order, which attention visits in turn. Then a token's logits
+#: depend neither on the other sequences nor on how its prompt was chunked or cached, as long as
+#: a cache is reused only as far as it was read as prompt. The batching worker composes the
+#: passes (``engine/batching.py``).
+DECODE_PASS_TOKENS = 7
+PROMPT_PASS_MIN = 8
+PROMPT_PASS_MAX = 32
 
 _DEFAULT_MODEL_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
 _PARAMS_LOCK = threading.Lock()
@@ -145,9 +153,9 @@ class LlamaModel:
             raise EngineError(f"{path.name} could not be loaded")
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
-        # Passes hold at most PASS_TOKENS tokens; llama.cpp sizes its buffers for a pass of
+        # A pass holds at most one prompt chunk; llama.cpp sizes its buffers for a pass of
         # one token of every sequence, so the limits it is told are at least that.
-        params.n_batch = params.n_ubatch = max(PASS_TOKENS, sequences)
+        params.n_batch = params.n_ubatch = max(PROMPT_PASS_MAX, sequences)
         params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = False
@@ -161,7 +169,7 @@ class LlamaModel:
             raise EngineError(f"{path.name} could not be given {sequences} contexts of {cells}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self._batch = llama_cpp.llama_batch_init(PASS_TOKENS, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(max(PROMPT_PASS_MAX, sequences), 0, 1)
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
@@ -170,7 +178,7 @@ class LlamaModel:
         self._pieces: dict[int, bytes] = {}
 
     def decode(self, tokens: Sequence[BatchToken]) -> None:
-        """Evaluate one pass: at most ``PASS_TOKENS`` tokens, as many of each sequence in it.
+        """Evaluate one pass (see ``DECODE_PASS_TOKENS`` for the sizes that keep results exact).
 
         The logits of a token that asked for them are then at its index in ``tokens``.
         """

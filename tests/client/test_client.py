@@ -16,6 +16,7 @@ from lmsp_jupyter.client import (
     ResponseEvent,
     ServiceUnreachable,
 )
+from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN
 from lmsp_jupyter.protocol.events import ResponseCancelled
 from lmsp_jupyter.protocol.requests import ResponseRequest
 from lmsp_jupyter.protocol.responses import Response
@@ -70,7 +71,8 @@ def test_create_response_is_the_services_response(lmsp: LmspClient, direct: http
     assert response.usage.model_dump(exclude={"input_tokens_details"}) == (
         expected.usage.model_dump(exclude={"input_tokens_details"})
     )
-    assert expected.usage.input_tokens_details.cached_tokens == response.usage.input_tokens - 1
+    cached = expected.usage.input_tokens_details.cached_tokens
+    assert cached == response.usage.input_tokens - PROMPT_PASS_MIN
     assert response.usage.output_tokens == 8
     assert text_of(response) == text_of(expected) != ""
 

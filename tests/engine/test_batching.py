@@ -2,8 +2,9 @@
 gives the same text whatever else shares the batch or the cache, prefixes are reused, one
 sequence's cancel or stop string touches no other, seeds repeat.
 
-One thread per model here: the result does not depend on it (every pass holds 2 to 7 tokens,
-see ``engine/llama.py``), and a busy test machine runs one thread far faster.
+One thread per model here: the result does not depend on it (passes have the sizes that keep
+llama.cpp's arithmetic the same, see ``engine/llama.py``), and a busy test machine runs one
+thread far faster.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.llama import LlamaTokenizer
+from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN, LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from tests.engine.conftest import prompt_of
 
@@ -54,8 +55,10 @@ SUBJECTS = [
     "chess",
 ]
 FORMS = ["A poem about {}:", "Q: What do you know about {}?\nA:", "Three facts about {}:\n1."]
+#: A preamble long enough that a cached prompt serves more than its last prompt pass.
+PREAMBLE = "A notebook of short writing exercises, in plain English.\n\n"
 #: 60 varied prompts.
-PROMPTS = [f"<bos>{form.format(subject)}" for form in FORMS for subject in SUBJECTS]
+PROMPTS = [f"<bos>{PREAMBLE}{form.format(subject)}" for form in FORMS for subject in SUBJECTS]
 
 
 def new_engine(parallel: int = PARALLEL) -> Engine:
@@ -135,14 +138,16 @@ async def test_temperature_0_text_is_the_same_alone_in_a_full_batch_and_on_a_cac
         for start in range(0, len(prompts), PARALLEL):
             group = prompts[start : start + PARALLEL]
             batched += await asyncio.gather(*(generate(batch_engine, entry, p) for p in group))
-            # The same prompts again: each one's slot serves all of it but the last token.
+            # The same prompts again: each one's slot serves all of it but its last prompt pass.
             cached += await asyncio.gather(*(generate(batch_engine, entry, p) for p in group))
     finally:
         batch_engine.close()
     assert len({text for text, _ in alone}) > 10  # the prompts lead to different texts
     assert [text for text, _ in batched] == [text for text, _ in alone]
     assert [text for text, _ in cached] == [text for text, _ in alone]
-    assert [done.cached_tokens for _, done in cached] == [len(p.tokens) - 1 for p in prompts]
+    assert [done.cached_tokens for _, done in cached] == [
+        len(p.tokens) - PROMPT_PASS_MIN for p in prompts
+    ]
 
 
 async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(

@@ -7,6 +7,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN
 from tests.conftest import MODEL, LiveServer
 from tests.server.sse import Event, parse_sse
 
@@ -338,8 +339,9 @@ def test_sync_and_stream_give_the_same_text(client: httpx.Client) -> None:
     done = next(e.data for e in events if e.event == "response.output_item.done")
     assert done["item"]["content"] == sync["output"][0]["content"]
     usage = events[-1].data["usage"]
-    # The stream's prompt is the sync request's: all of it but its last token comes from cache.
-    assert usage["input_tokens_details"] == {"cached_tokens": sync["usage"]["input_tokens"] - 1}
+    # The stream's prompt is the sync request's: all of it but its last pass comes from cache.
+    cached = sync["usage"]["input_tokens"] - PROMPT_PASS_MIN
+    assert usage["input_tokens_details"] == {"cached_tokens": cached}
     uncached = {"input_tokens_details": None}
     assert {**usage, **uncached} == {**sync["usage"], **uncached}
 

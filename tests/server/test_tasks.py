@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN
 from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, MODEL, READER_TOKEN, LiveServer
 from tests.server.sse import Event, parse_sse
 from tests.server.test_http import assert_problem
@@ -382,7 +383,7 @@ def test_a_continued_conversation_reads_only_its_new_tokens_and_says_the_same(
     assert cached >= first["usage"]["input_tokens"]
     assert cached < second["usage"]["input_tokens"]
     assert again["usage"]["input_tokens_details"]["cached_tokens"] == (
-        second["usage"]["input_tokens"] - 1
+        second["usage"]["input_tokens"] - PROMPT_PASS_MIN
     )
     assert text_of(again) == text_of(second) != ""
 
