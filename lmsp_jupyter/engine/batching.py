@@ -166,9 +166,6 @@ class ModelWorker:
         self._waiting: deque[GenerationRequest] = deque()
         self._running: list[_Sequence] = []
         self._slots = [_Slot(id) for id in range(settings.parallel)]
-        #: A sequence of the context that only ever holds padding tokens, for a lone token
-        #: of the last slot.
-        self._pad_sequence = settings.parallel
         self._clock = 0
 
     @property
@@ -264,7 +261,7 @@ class ModelWorker:
             self._model = LlamaModel(
                 self.entry.path(),
                 cells=self.settings.context_size,
-                sequences=len(self._slots) + 1,
+                sequences=len(self._slots) + 1,  # and one for padding tokens
                 threads=self.settings.threads,
             )
         return self._model
@@ -340,8 +337,8 @@ class ModelWorker:
                 size = _prompt_pass_size(sequence.prompt_left)
                 self._prompt_pass(sequence, size)
                 budget -= size
-        for group in _consecutive_groups(decoding):
-            self._decode_pass(group)
+        for ids in _decode_passes([_slot_id(s) for s in decoding]):
+            self._decode_pass(ids)
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
         """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass, padded to
@@ -367,43 +364,43 @@ class ModelWorker:
         if last:
             self._advance(sequence, sequence.sampler.next(size - 1))
 
-    def _decode_pass(self, group: list[_Sequence]) -> None:
-        """Evaluate the last sampled token of each sequence of ``group`` (their slots
-        consecutive) in one pass, then sample each."""
+    def _decode_pass(self, ids: range) -> None:
+        """Evaluate, in one pass, the last sampled token of each decoding sequence whose slot is
+        in ``ids`` and a padding token for each other sequence there (their cache is dropped
+        right after), then sample each decoding sequence."""
         assert self._model is not None
         batch: list[BatchToken] = []
-        for sequence in group:
-            slot = sequence.slot
-            assert slot is not None
-            position = len(slot.tokens)
-            batch.append(BatchToken(sequence.tokens[position], position, slot.id, True))
-        pad = self._pad(group[0]) if len(batch) == 1 else None
-        if pad is not None:
-            batch.append(pad)
+        rows: list[tuple[_Sequence, int]] = []
+        for id in ids:
+            slot = self._slots[id] if id < len(self._slots) else None
+            sequence = slot.sequence if slot is not None else None
+            if slot is not None and sequence is not None and not sequence.prompt_left:
+                position = len(slot.tokens)
+                rows.append((sequence, len(batch)))
+                batch.append(BatchToken(sequence.tokens[position], position, id, True))
+            else:
+                batch.append(BatchToken(0, self._pad_position(slot), id, False))
         try:
             self._model.decode(batch)
         finally:
-            if pad is not None:
-                self._model.forget(pad.sequence, pad.position)
-        for row, sequence in enumerate(group):
+            for item in batch:
+                if not item.logits:
+                    self._model.forget(item.sequence, item.position)
+        for sequence, row in rows:
             assert sequence.slot is not None
             sequence.slot.tokens.append(sequence.tokens[len(sequence.slot.tokens)])
             self._advance(sequence, sequence.sampler.next(row))
 
-    def _pad(self, sequence: _Sequence) -> BatchToken:
-        """A padding token beside ``sequence``'s lone token, in the next sequence of the
-        context (consecutive, as llama.cpp's split of a batch across streams needs); the
-        cache it enters is dropped right after the pass."""
-        assert sequence.slot is not None and self._model is not None
-        neighbour = sequence.slot.id + 1
-        if neighbour == self._pad_sequence:
-            return BatchToken(0, 0, neighbour, False)
-        slot = self._slots[neighbour]
+    def _pad_position(self, slot: _Slot | None) -> int:
+        """Where a padding token goes in ``slot``'s sequence (``None``: the pad sequence)."""
+        assert self._model is not None
+        if slot is None:
+            return 0
         if len(slot.tokens) >= self._model.cells:  # an idle cache as long as the context
             assert slot.sequence is None
             self._model.forget(slot.id)
             slot.keep(0)
-        return BatchToken(0, len(slot.tokens), neighbour, False)
+        return len(slot.tokens)
 
     def _advance(self, sequence: _Sequence, tokens: list[int]) -> None:
         """Take ``sequence``'s next ``tokens`` (sampled, or forced by its schema): text out,
@@ -469,33 +466,24 @@ def _slot_id(sequence: _Sequence) -> int:
     return sequence.slot.id
 
 
-def _even_parts(count: int, most: int) -> list[int]:
-    """``count`` split in as few parts of at most ``most`` as can hold it, as even as can be."""
-    parts = -(-count // most)
-    size, extra = divmod(count, parts)
-    return [size + 1] * extra + [size] * (parts - extra)
-
-
 def _prompt_pass_size(left: int) -> int:
     """The next prompt pass's size when ``left`` prompt tokens remain: the passes as even as
     can be, so none holds fewer than ``PROMPT_PASS_MIN`` unless the whole prompt does."""
-    return _even_parts(left, PROMPT_PASS_MAX)[0]
+    passes = -(-left // PROMPT_PASS_MAX)
+    return -(-left // passes)
 
 
-def _consecutive_groups(sequences: list[_Sequence]) -> list[list[_Sequence]]:
-    """Sequences (sorted by slot) in groups of consecutive slots, at most ``DECODE_PASS_TOKENS``
-    in a group and the groups of a run as even as can be (llama.cpp reads a pass across streams
-    only for consecutive sequences; a group of one gets a padding token)."""
-    runs: list[list[_Sequence]] = []
-    for sequence in sequences:
-        if runs and _slot_id(runs[-1][-1]) + 1 == _slot_id(sequence):
-            runs[-1].append(sequence)
-        else:
-            runs.append([sequence])
-    groups: list[list[_Sequence]] = []
-    for run in runs:
-        start = 0
-        for size in _even_parts(len(run), DECODE_PASS_TOKENS):
-            groups.append(run[start : start + size])
-            start += size
-    return groups
+def _decode_passes(ids: list[int]) -> list[range]:
+    """The passes that read the sampled tokens of the sequences ``ids`` (in order): runs of
+    consecutive sequence ids, as llama.cpp reads a pass across streams only for consecutive
+    sequences, of 2 to ``DECODE_PASS_TOKENS``; the sequences between or after those in ``ids``
+    get padding tokens (the one after the last slot is the pad sequence)."""
+    passes: list[range] = []
+    first = 0
+    while first < len(ids):
+        last = first
+        while last + 1 < len(ids) and ids[last + 1] < ids[first] + DECODE_PASS_TOKENS:
+            last += 1
+        passes.append(range(ids[first], max(ids[last] + 1, ids[first] + 2)))
+        first = last + 1
+    return passes

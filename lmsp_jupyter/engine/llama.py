@@ -173,8 +173,6 @@ class LlamaModel:
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
-        #: The sliding-window attention span, 0 for models without one.
-        self.sliding_window: int = llama_cpp.llama_model_n_swa(self._model)
         self._pieces: dict[int, bytes] = {}
 
     def decode(self, tokens: Sequence[BatchToken]) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from lmsp_jupyter.engine.batching import _decode_passes
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import (
     CancelToken,
@@ -30,6 +31,8 @@ from tests.engine.conftest import prompt_of
 PARALLEL = 8
 TOKENS = 6
 STORY = "<bos>Once upon a time"
+#: The span of Gemma 3's sliding-window attention layers.
+SLIDING_WINDOW = 512
 STORY_TEXT = ", there was a small town in the"
 
 SUBJECTS = [
@@ -176,6 +179,34 @@ async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
     assert reused_done.prompt_tokens == fresh_done.prompt_tokens == len(follow.tokens)
 
 
+async def test_a_conversation_longer_than_the_sliding_window_is_reused_and_says_the_same(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    notes = " ".join(f"Note {n}: the {SUBJECTS[n % len(SUBJECTS)]} matters." for n in range(80))
+    first = prompt_of(tokenizer, f"<bos><start_of_turn>user\n{notes}<end_of_turn>\n")
+    assert len(first.tokens) > SLIDING_WINDOW
+    warm = new_engine(parallel=2)
+    try:
+        answer, _ = await generate(warm, entry, first, SamplingParams(8, temperature=0.0))
+        follow = prompt_of(
+            tokenizer,
+            f"{first.text}<start_of_turn>model\n{answer}<end_of_turn>\n"
+            "<start_of_turn>user\nWhich note is first?<end_of_turn>\n<start_of_turn>model\n",
+        )
+        reused, reused_done = await generate(warm, entry, follow)
+    finally:
+        warm.close()
+    cold = new_engine(parallel=1)
+    try:
+        fresh, fresh_done = await generate(cold, entry, follow)
+    finally:
+        cold.close()
+    # The first turn's prompt is served from the cache, though its answer was trimmed off.
+    assert reused_done.cached_tokens == len(first.tokens)
+    assert fresh_done.cached_tokens == 0
+    assert reused == fresh != ""
+
+
 async def test_cancelling_one_sequence_leaves_the_others_text_unchanged(
     engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
@@ -273,3 +304,20 @@ async def test_top_k_1_is_greedy_at_any_temperature(
     params = SamplingParams(max_tokens=8, temperature=1.5, top_k=1, seed=3)
     text, _ = await generate(engine, entry, prompt_of(tokenizer, STORY), params)
     assert text == STORY_TEXT
+
+
+@pytest.mark.parametrize(
+    ("ids", "passes"),
+    [
+        ([0, 1, 2, 3], [range(0, 4)]),
+        ([0, 2, 3, 5], [range(0, 6)]),  # pads for the prompts or idle slots between
+        ([3], [range(3, 5)]),  # a lone token gets a pad beside it
+        ([7], [range(7, 9)]),  # the last slot's pad goes to the pad sequence
+        (list(range(8)), [range(0, 7), range(7, 9)]),
+        ([0, 6, 7], [range(0, 7), range(7, 9)]),
+    ],
+)
+def test_decode_passes_cover_consecutive_sequences_of_2_to_7(
+    ids: list[int], passes: list[range]
+) -> None:
+    assert _decode_passes(ids) == passes
