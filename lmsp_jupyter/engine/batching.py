@@ -12,7 +12,6 @@ prompt starts with its prompt evaluates only what is new.
 
 from __future__ import annotations
 
-import codecs
 import logging
 import queue
 import threading
@@ -33,14 +32,9 @@ from .generation import (
     TextDelta,
 )
 from .guidance import SchemaMatcher
-from .llama import (
-    DECODE_PASS_TOKENS,
-    PROMPT_PASS_MAX,
-    PROMPT_PASS_MIN,
-    BatchToken,
-    LlamaModel,
-    TokenSampler,
-)
+from .llama import BatchToken, LlamaModel, TokenSampler
+from .passes import PROMPT_PASS_MIN, decode_passes, prompt_pass_size
+from .stops import HeldText
 
 log = logging.getLogger(__name__)
 
@@ -82,39 +76,6 @@ class _Load:
         self.done: Future[None] = Future()
 
 
-class _Text:
-    """A sequence's bytes turned into text, holding back what might begin a stop string."""
-
-    def __init__(self, stop: tuple[str, ...]) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._stop = tuple(s for s in stop if s)
-        self._held = ""
-
-    def feed(self, data: bytes) -> tuple[str, bool]:
-        """The text that may go out after ``data``, and whether a stop string ended it."""
-        text = self._held + self._decoder.decode(data)
-        found = [index for index in (text.find(stop) for stop in self._stop) if index >= 0]
-        if found:
-            self._held = ""
-            return text[: min(found)], True
-        keep = self._stop_prefix(text)
-        self._held = text[len(text) - keep :]
-        return text[: len(text) - keep], False
-
-    def _stop_prefix(self, text: str) -> int:
-        """The length of the longest end of ``text`` that a stop string starts with."""
-        for length in range(min(len(text), max((len(s) for s in self._stop), default=0)), 0, -1):
-            if any(stop.startswith(text[-length:]) for stop in self._stop):
-                return length
-        return 0
-
-    def flush(self) -> str:
-        """What is left once generation ends without a stop string."""
-        text = self._held + self._decoder.decode(b"", final=True)
-        self._held = ""
-        return text
-
-
 @dataclass(eq=False)
 class _Slot:
     """A sequence id of the context and the tokens its cache holds, position by position."""
@@ -141,7 +102,7 @@ class _Sequence:
     sampler: TokenSampler
     limit: int
     tokens: list[int]
-    text: _Text
+    text: HeldText
     slot: _Slot | None = None
     cached_tokens: int = 0
     generated: int = 0
@@ -292,7 +253,7 @@ class ModelWorker:
             request.emit(GenerationDone("context_length", len(prompt), 0))
             return None
         sampler = model.sampler(request.params, request.matcher)
-        return _Sequence(request, sampler, limit, list(prompt), _Text(request.params.stop))
+        return _Sequence(request, sampler, limit, list(prompt), HeldText(request.params.stop))
 
     def _place(self, sequence: _Sequence) -> None:
         """Give ``sequence`` the free slot whose cache shares the longest prefix with it."""
@@ -334,10 +295,10 @@ class ModelWorker:
         budget = max(1, min(budget, self.settings.batch_size - len(decoding)))
         for sequence in [s for s in self._running if s.prompt_left]:
             while budget > 0 and sequence.prompt_left:
-                size = _prompt_pass_size(sequence.prompt_left)
+                size = prompt_pass_size(sequence.prompt_left)
                 self._prompt_pass(sequence, size)
                 budget -= size
-        for ids in _decode_passes([_slot_id(s) for s in decoding]):
+        for ids in decode_passes([_slot_id(s) for s in decoding]):
             self._decode_pass(ids)
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
@@ -464,26 +425,3 @@ class ModelWorker:
 def _slot_id(sequence: _Sequence) -> int:
     assert sequence.slot is not None
     return sequence.slot.id
-
-
-def _prompt_pass_size(left: int) -> int:
-    """The next prompt pass's size when ``left`` prompt tokens remain: the passes as even as
-    can be, so none holds fewer than ``PROMPT_PASS_MIN`` unless the whole prompt does."""
-    passes = -(-left // PROMPT_PASS_MAX)
-    return -(-left // passes)
-
-
-def _decode_passes(ids: list[int]) -> list[range]:
-    """The passes that read the sampled tokens of the sequences ``ids`` (in order): runs of
-    consecutive sequence ids, as llama.cpp reads a pass across streams only for consecutive
-    sequences, of 2 to ``DECODE_PASS_TOKENS``; the sequences between or after those in ``ids``
-    get padding tokens (the one after the last slot is the pad sequence)."""
-    passes: list[range] = []
-    first = 0
-    while first < len(ids):
-        last = first
-        while last + 1 < len(ids) and ids[last + 1] < ids[first] + DECODE_PASS_TOKENS:
-            last += 1
-        passes.append(range(ids[first], max(ids[last] + 1, ids[first] + 2)))
-        first = last + 1
-    return passes

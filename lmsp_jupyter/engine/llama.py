@@ -19,6 +19,7 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 
 from .generation import EngineError, SamplingParams
 from .guidance import SchemaCompiler, SchemaMatcher
+from .passes import PROMPT_PASS_MAX
 
 # llama.cpp logs through this logger; below ERROR it floods the server's stderr.
 logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -29,22 +30,6 @@ _TOP_K = 40
 _TOP_P = 0.95
 _MIN_P = 0.05
 
-#: The sizes of forward passes. llama.cpp's CPU kernels change their arithmetic with the number
-#: of tokens in a pass: matrix products are tiled from 8 tokens on, attention is tiled from 64
-#: tokens of a sequence, and a pass of one token of one sequence splits attention over the KV
-#: cache in chunks that depend on how full it is. Within each of two ranges the results are
-#: the same whatever else the pass holds: 2 to ``DECODE_PASS_TOKENS`` tokens, and
-#: ``PROMPT_PASS_MIN`` to ``PROMPT_PASS_MAX`` tokens of each sequence in it. So sampled tokens
-#: are read in passes of the first range (a sequence's next token beside the others', a pad
-#: beside a lone one) and prompts in passes of the second (padded to its minimum with tokens
-#: after the prompt's end, which are dropped after the pass). Each sequence has its own KV
-#: stream, its cells in position order, which attention visits in turn. Then a token's logits
-#: depend neither on the other sequences nor on how its prompt was chunked or cached, as long as
-#: a cache is reused only as far as it was read as prompt. The batching worker composes the
-#: passes (``engine/batching.py``).
-DECODE_PASS_TOKENS = 7
-PROMPT_PASS_MIN = 8
-PROMPT_PASS_MAX = 32
 
 _DEFAULT_MODEL_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
 _PARAMS_LOCK = threading.Lock()
@@ -176,7 +161,7 @@ class LlamaModel:
         self._pieces: dict[int, bytes] = {}
 
     def decode(self, tokens: Sequence[BatchToken]) -> None:
-        """Evaluate one pass (see ``DECODE_PASS_TOKENS`` for the sizes that keep results exact).
+        """Evaluate one pass (``engine/passes.py`` says which sizes keep results exact).
 
         The logits of a token that asked for them are then at its index in ``tokens``.
         """

@@ -16,7 +16,7 @@ from lmsp_jupyter.client import (
     ResponseEvent,
     ServiceUnreachable,
 )
-from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN
+from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
 from lmsp_jupyter.protocol.events import ResponseCancelled
 from lmsp_jupyter.protocol.requests import ResponseRequest
 from lmsp_jupyter.protocol.responses import Response

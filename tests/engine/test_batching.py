@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from lmsp_jupyter.engine.batching import _decode_passes
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import (
     CancelToken,
@@ -24,7 +23,8 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN, LlamaTokenizer
+from lmsp_jupyter.engine.llama import LlamaTokenizer
+from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN, decode_passes
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from tests.engine.conftest import prompt_of
 
@@ -320,4 +320,4 @@ async def test_top_k_1_is_greedy_at_any_temperature(
 def test_decode_passes_cover_consecutive_sequences_of_2_to_7(
     ids: list[int], passes: list[range]
 ) -> None:
-    assert _decode_passes(ids) == passes
+    assert decode_passes(ids) == passes

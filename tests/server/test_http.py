@@ -7,7 +7,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN
+from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
 from tests.conftest import MODEL, LiveServer
 from tests.server.sse import Event, parse_sse
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.llama import PROMPT_PASS_MIN
+from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
 from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, MODEL, READER_TOKEN, LiveServer
 from tests.server.sse import Event, parse_sse
 from tests.server.test_http import assert_problem
