@@ -1,11 +1,25 @@
-"""``LmspApp.model_dirs`` as users type it: a JSON list, one path, the option repeated, a string."""
+"""``LmspApp.model_dirs`` as users type it: a JSON list, one path, the option repeated, a string.
+
+The command line's values are parsed here, and given to a running server (pytest-jupyter, in
+this process, whose ``HOME`` is a temporary directory: ``~/models`` is under it), which lists
+the models found and says which configured directory gives none, in its listing and its log.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
 import pytest
 from traitlets.config import Config
 
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.server.app import LmspApp, PathList
+from tests.engine.gguf_files import write_gguf
+from tests.server import test_extension as in_process
+
+jp_server_config = in_process.jp_server_config
+lmsp = in_process.lmsp
 
 TRAIT = PathList()
 
@@ -34,3 +48,55 @@ def test_a_config_file_may_give_one_string_or_a_list() -> None:
     one = LmspApp(config=Config({"LmspApp": {"model_dirs": "~/models"}}))
     many = LmspApp(config=Config({"LmspApp": {"model_dirs": ["/a", "/b"]}}))
     assert (one.model_dirs, many.model_dirs) == (["~/models"], ["/a", "/b"])
+
+
+# --- on a running server ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(jp_home_dir: Path) -> Path:
+    """The server's home: ~/models and ~/more hold a (small, header-only) GGUF each, ~/empty
+    holds none, and ~/missing does not exist."""
+    for name in ("models", "more"):
+        metadata = {"general.architecture": "llama", "general.name": name}
+        write_gguf(jp_home_dir / name / f"{name}.gguf", {**metadata, "llama.context_length": 512})
+    (jp_home_dir / "empty").mkdir()
+    (jp_home_dir / "empty" / "notes.txt").write_text("no model here")
+    return jp_home_dir
+
+
+async def listed(client: httpx.AsyncClient) -> tuple[list[str], list[str]]:
+    """The ids of the configured directories' models, and the listing's notices."""
+    listing = (await client.get("/models")).json()
+    ids = [model["id"] for model in listing["data"] if model["id"] != BUNDLED_MODEL_ID]
+    notices = (listing.get("extensions") or {}).get("x-lmsp-jupyter", {}).get("notices", [])
+    return ids, notices
+
+
+@pytest.mark.parametrize(
+    ("jp_argv", "ids"),
+    [
+        (['--LmspApp.model_dirs=["~/models"]'], ["models"]),  # the README's own example
+        (["--LmspApp.model_dirs=~/models"], ["models"]),
+        (['--LmspApp.model_dirs=["~/models", "~/more"]'], ["models", "more"]),
+        (["--LmspApp.model_dirs=~/models", "--LmspApp.model_dirs=~/more"], ["models", "more"]),
+    ],
+    ids=["json-list", "one-path", "json-list-of-two", "repeated"],
+)
+async def test_a_running_server_finds_the_models_of_directories_typed_any_way(
+    home: Path, lmsp: httpx.AsyncClient, ids: list[str]
+) -> None:
+    assert await listed(lmsp) == (ids, [])
+
+
+@pytest.mark.parametrize("jp_argv", [['--LmspApp.model_dirs=["~/models", "~/empty", "~/missing"]']])
+async def test_a_missing_or_empty_directory_is_said_in_the_listing_and_the_log(
+    capfd: pytest.CaptureFixture[str], home: Path, lmsp: httpx.AsyncClient
+) -> None:
+    notices = [
+        f"model directory {home / 'empty'} holds no .gguf model file",
+        f"model directory {home / 'missing'} does not exist",
+    ]
+    assert await listed(lmsp) == (["models"], notices)
+    log = capfd.readouterr().err  # the server's log, since before it started
+    assert all(f"LmspApp] {notice}\n" in log for notice in notices), log
