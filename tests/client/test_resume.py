@@ -19,26 +19,26 @@ from lmsp_jupyter.client import (
     ServiceUnreachable,
 )
 from tests.client.answers import ask, assert_one_final_at_the_end
-from tests.client.proxy import DroppingProxy
 from tests.conftest import LiveServer
+from tests.proxy import LoopbackProxy, Marker
 
 RETRY_SECONDS = 2.0
 
 
-def via(proxy: DroppingProxy, live_server: LiveServer) -> str:
+def via(proxy: LoopbackProxy, live_server: LiveServer) -> str:
     return f"http://127.0.0.1:{proxy.port}{urlsplit(live_server.lmsp).path}"
 
 
-def cutting_proxy(live_server: LiveServer, suffix: str, drops: int = 1) -> DroppingProxy:
+def cutting_proxy(live_server: LiveServer, suffix: str, drops: int = 1) -> LoopbackProxy:
     port = urlsplit(live_server.lmsp).port
     assert port is not None
-    return DroppingProxy(port, path_suffix=suffix, marker=b"id: 3\n", drops=drops)
+    return LoopbackProxy(port, cut_at=Marker(suffix, b"id: 3\n", drops))
 
 
-def assert_resumed_once_after_event_2(proxy: DroppingProxy, task_id: str) -> None:
+def assert_resumed_once_after_event_2(proxy: LoopbackProxy, task_id: str) -> None:
     follows = proxy.requests_to(f"/tasks/{task_id}/events")
     assert [request.headers.get("last-event-id") for request in follows] == [None, "2"]
-    assert follows[1].received_at - proxy.cut_at[0] >= RETRY_SECONDS
+    assert follows[1].received_at - proxy.cut_times[0] >= RETRY_SECONDS
 
 
 def test_task_events_resume_after_a_cut_with_every_event_once(live_server: LiveServer) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
-from tests.server.test_http import assert_problem
+from tests.server.helpers import assert_problem
 
 ALLOWED = "http://tool.example"
 FOREIGN = "http://evil.example"

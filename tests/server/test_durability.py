@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
-from tests.server.test_http import assert_problem
-from tests.server.test_tasks import events, start, wait_for_events
+from tests.server.helpers import assert_problem, events, start, wait_for_events
 
 
 @pytest.fixture

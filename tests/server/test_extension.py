@@ -16,7 +16,7 @@ from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import MODEL, start_server, stop_server
 from tests.doubles import ScriptedEngine
-from tests.server.sse import parse_sse
+from tests.server.helpers import parse_sse
 
 
 def server_config(request: pytest.FixtureRequest, **lmsp: Any) -> Config:

@@ -18,7 +18,7 @@ import pytest
 from lmsp_jupyter.protocol.items import MAX_ITEMS, MAX_TEXT_CHARS
 from lmsp_jupyter.protocol.requests import MAX_JSON_DEPTH
 from tests.conftest import EDITOR_TOKEN, MODEL, READER_TOKEN, LiveServer
-from tests.server.test_http import assert_problem
+from tests.server.helpers import assert_problem
 
 JSON = {"Content-Type": "application/json"}
 

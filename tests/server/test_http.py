@@ -9,33 +9,9 @@ import pytest
 
 from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
 from tests.conftest import MODEL, LiveServer
-from tests.server.sse import Event, parse_sse
+from tests.server.helpers import ask, assert_problem, stream
 
 JSON = {"Content-Type": "application/json"}
-
-
-def ask(prompt: str = "Name a colour.", **fields: object) -> dict[str, object]:
-    """A small, deterministic request for the bundled model."""
-    return {"model": MODEL, "input": prompt, "temperature": 0, "max_output_tokens": 8, **fields}
-
-
-def stream(client: httpx.Client, body: dict[str, object]) -> tuple[httpx.Response, list[Event]]:
-    with client.stream("POST", "/responses", json={**body, "stream": True}) as response:
-        if response.status_code != 200:
-            response.read()
-            return response, []
-        events, _ = parse_sse(response.iter_lines())
-    return response, events
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, object]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    problem: dict[str, object] = response.json()
-    assert problem["code"] == code
-    assert problem["status"] == status
-    assert "Traceback" not in response.text
-    return problem
 
 
 # --- service document and models ------------------------------------------------------------

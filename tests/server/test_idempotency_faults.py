@@ -21,8 +21,7 @@ import pytest
 
 from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, start_server, stop_server
 from tests.server import test_extension as in_process
-from tests.server.sse import Event, parse_sse
-from tests.server.test_http import assert_problem
+from tests.server.helpers import Event, assert_problem, parse_sse
 
 #: A server process of the test's own; a test marked ``script`` has a scripted engine.
 jp_server_config = in_process.jp_server_config

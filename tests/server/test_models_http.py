@@ -25,7 +25,7 @@ from lmsp_jupyter.engine.manager import RETRY_AFTER_SECONDS
 from lmsp_jupyter.engine.memory import footprint, resident_bytes
 from lmsp_jupyter.server.auth import hash_token
 from tests.conftest import LiveServer, start_server, stop_server
-from tests.server.test_http import assert_problem
+from tests.server.helpers import assert_problem
 
 COPY = "gemma-copy"
 CONTEXT = 2048

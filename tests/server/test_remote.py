@@ -9,7 +9,6 @@ it, configured as ``LmspApp.remote_servers = [{"name": "remote", "url": ...}]``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,11 @@ import pytest
 
 from lmsp_jupyter.client import LmspClient
 from lmsp_jupyter.engine.catalog import DEFAULT_CONTEXT_LENGTH
-from tests.client.proxy import DroppingProxy, Request
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.helpers import eventually
+from tests.proxy import LoopbackProxy, Marker, Request
+from tests.server.helpers import Event, assert_problem, parse_sse
 from tests.server.remote_engines import ALIAS, CONTEXT, KINDS, OpenAIServer, require
-from tests.server.sse import Event, parse_sse
-from tests.server.test_http import assert_problem
 
 REMOTE_MODEL = f"remote/{ALIAS}"
 PROMPT = "Name a colour."
@@ -64,15 +63,15 @@ def remote(
 
 
 @pytest.fixture(scope="module")
-def upstream(remote: OpenAIServer) -> Iterator[DroppingProxy]:
+def upstream(remote: OpenAIServer) -> Iterator[LoopbackProxy]:
     """A proxy in front of the remote that cuts nothing and records every request."""
-    with DroppingProxy(remote.port, path_suffix="", marker=b"", drops=0) as proxy:
+    with LoopbackProxy(remote.port) as proxy:
         yield proxy
 
 
 @pytest.fixture(scope="module")
 def lmsp(
-    remote: OpenAIServer, upstream: DroppingProxy, tmp_path_factory: pytest.TempPathFactory
+    remote: OpenAIServer, upstream: LoopbackProxy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     """A Jupyter server with the extension, offering the remote's models through the proxy."""
     servers = [{"name": "remote", "url": f"http://127.0.0.1:{upstream.port}/v1"}]
@@ -115,7 +114,7 @@ def message_text(response: dict[str, Any]) -> str:
     )
 
 
-def chat_requests(proxy: DroppingProxy) -> list[Request]:
+def chat_requests(proxy: LoopbackProxy) -> list[Request]:
     return proxy.requests_to("/chat/completions")
 
 
@@ -251,7 +250,7 @@ def test_a_forced_tool_call_is_a_function_call_item_with_valid_arguments(
 
 
 def test_a_prompt_over_the_remote_window_is_refused_before_it_is_sent(
-    client: httpx.Client, upstream: DroppingProxy
+    client: httpx.Client, upstream: LoopbackProxy
 ) -> None:
     before = len(chat_requests(upstream))
     response = client.post("/responses", json=ask(input="colour " * CONTEXT))
@@ -286,7 +285,7 @@ def test_a_task_is_followed_and_resumed_after_a_cut(lmsp: LiveServer) -> None:
     with LmspClient(lmsp.lmsp, lmsp.token) as direct:
         task = direct.create_task(ask(max_output_tokens=16))
         with (
-            DroppingProxy(port, path_suffix="/events", marker=b"id: 3\n") as cutting,
+            LoopbackProxy(port, cut_at=Marker("/events", b"id: 3\n")) as cutting,
             LmspClient(
                 f"http://127.0.0.1:{cutting.port}{urlsplit(lmsp.lmsp).path}", lmsp.token
             ) as client,
@@ -301,32 +300,28 @@ def test_a_task_is_followed_and_resumed_after_a_cut(lmsp: LiveServer) -> None:
 
 
 def test_cancelling_a_task_closes_the_upstream_request(
-    client: httpx.Client, upstream: DroppingProxy
+    client: httpx.Client, upstream: LoopbackProxy
 ) -> None:
     before = len(chat_requests(upstream))
     task = client.post(
         "/tasks", json={"type": "response", "request": ask(max_output_tokens=1500)}
     ).json()
-    for _ in range(1200):  # a few deltas have come: the remote is generating
-        if client.get(f"/tasks/{task['id']}").json()["last_event_id"] >= 5:
-            break
-        time.sleep(0.05)
+    eventually(  # a few deltas have come: the remote is generating
+        lambda: client.get(f"/tasks/{task['id']}").json()["last_event_id"] >= 5,
+        what="five events of the task",
+    )
     assert client.post(f"/tasks/{task['id']}/cancel").status_code == 200
     with client.stream("GET", f"/tasks/{task['id']}/events") as response:
         events, _ = parse_sse(response.iter_lines())
     assert events[-1].event == "response.cancelled"
     (upstream_request,) = chat_requests(upstream)[before:]
-    for _ in range(200):
-        if upstream_request.closed_by_client:
-            break
-        time.sleep(0.05)
-    assert upstream_request.closed_by_client
+    eventually(lambda: upstream_request.closed_by_client, what="the upstream request closed")
     assert b"[DONE]" not in upstream_request.response
     assert upstream_request.response.count(b'"content"') < 1500
 
 
 def test_a_client_leaving_a_stream_closes_the_upstream_request(
-    lmsp: LiveServer, upstream: DroppingProxy
+    lmsp: LiveServer, upstream: LoopbackProxy
 ) -> None:
     before = len(chat_requests(upstream))
     with (
@@ -337,11 +332,7 @@ def test_a_client_leaving_a_stream_closes_the_upstream_request(
             if "output_text.delta" in line:
                 break
     (upstream_request,) = chat_requests(upstream)[before:]
-    for _ in range(200):
-        if upstream_request.closed_by_client:
-            break
-        time.sleep(0.05)
-    assert upstream_request.closed_by_client
+    eventually(lambda: upstream_request.closed_by_client, what="the upstream request closed")
     assert b"[DONE]" not in upstream_request.response
 
 

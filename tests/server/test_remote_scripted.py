@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, start_server, stop_server
-from tests.server.sse import parse_sse
-from tests.server.test_http import assert_problem
+from tests.server.helpers import assert_problem, parse_sse
 
 MODEL = "scripted/thinker"
 WINDOW = 1024

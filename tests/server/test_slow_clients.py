@@ -11,7 +11,7 @@ from traitlets.config import Config
 
 from tests.conftest import MODEL
 from tests.server import test_extension as in_process
-from tests.server.sse import parse_sse
+from tests.server.helpers import parse_sse
 
 lmsp = in_process.lmsp
 #: 60 deltas of 256 KiB (64 Ki four-byte characters, under the 4 Mi characters an output

@@ -11,49 +11,21 @@ import httpx
 import pytest
 
 from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
-from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, MODEL, READER_TOKEN, LiveServer
-from tests.server.sse import Event, parse_sse
-from tests.server.test_http import assert_problem
+from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, READER_TOKEN, LiveServer
+from tests.server.helpers import (
+    Event,
+    ask,
+    assert_problem,
+    events,
+    start,
+    wait_for_events,
+)
 
 FINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
 
 
-def request(prompt: str = "Name a colour.", tokens: int = 8, **fields: Any) -> dict[str, Any]:
-    return {
-        "model": MODEL,
-        "input": prompt,
-        "temperature": 0,
-        "max_output_tokens": tokens,
-        **fields,
-    }
-
-
 def text_of(response: dict[str, Any]) -> str:
     return "".join(part["text"] for item in response["output"] for part in item.get("content", []))
-
-
-def start(client: httpx.Client, **fields: Any) -> dict[str, Any]:
-    response = client.post("/tasks", json={"type": "response", "request": request(**fields)})
-    assert response.status_code == 202, response.text
-    task: dict[str, Any] = response.json()
-    return task
-
-
-def events(client: httpx.Client, task_id: str, **kwargs: Any) -> list[Event]:
-    with client.stream("GET", f"/tasks/{task_id}/events", **kwargs) as response:
-        assert response.status_code == 200, response.read()
-        received, _ = parse_sse(response.iter_lines())
-    return received
-
-
-def wait_for_events(client: httpx.Client, task_id: str, count: int) -> dict[str, Any]:
-    """Poll until the task has at least ``count`` events (bounded)."""
-    for _ in range(600):
-        task: dict[str, Any] = client.get(f"/tasks/{task_id}").json()
-        if task["last_event_id"] >= count:
-            return task
-        time.sleep(0.05)
-    raise AssertionError(f"task {task_id} never reached {count} events")
 
 
 @pytest.fixture
@@ -68,7 +40,7 @@ def editor(live_server: LiveServer) -> Iterator[httpx.Client]:
 def test_create_is_202_with_location_and_the_task(
     client: httpx.Client, live_server: LiveServer
 ) -> None:
-    response = client.post("/tasks", json={"type": "response", "request": request()})
+    response = client.post("/tasks", json={"type": "response", "request": ask()})
     assert response.status_code == 202
     task = response.json()
     assert task["object"] == "task"
@@ -105,7 +77,7 @@ def test_task_and_direct_request_give_the_same_text(client: httpx.Client) -> Non
     task = start(client, prompt="Tell me a fact.", tokens=10)
     events(client, task["id"])
     result = client.get(f"/tasks/{task['id']}").json()["result"]
-    direct = client.post("/responses", json=request("Tell me a fact.", 10)).json()
+    direct = client.post("/responses", json=ask("Tell me a fact.", 10)).json()
     assert result["output"][0]["content"] == direct["output"][0]["content"]
 
 
@@ -175,13 +147,13 @@ def test_a_follower_joining_mid_run_gets_replay_then_live_without_gap(client: ht
 
 def test_task_request_is_validated_before_a_task_exists(client: httpx.Client) -> None:
     before = client.get("/tasks", params={"limit": 100}).json()["data"]
-    unknown = client.post("/tasks", json={"type": "response", "request": request(model="nope")})
+    unknown = client.post("/tasks", json={"type": "response", "request": ask(model="nope")})
     assert assert_problem(unknown, 404, "model_not_found")["param"] == "request.model"
-    bad = client.post("/tasks", json={"type": "response", "request": request(temperature=5)})
+    bad = client.post("/tasks", json={"type": "response", "request": ask(temperature=5)})
     assert assert_problem(bad, 400, "invalid_request")["param"] == "request.temperature"
-    wrong_type = client.post("/tasks", json={"type": "chat", "request": request()})
+    wrong_type = client.post("/tasks", json={"type": "chat", "request": ask()})
     assert assert_problem(wrong_type, 400, "invalid_request")["param"] == "type"
-    too_long = client.post("/tasks", json={"type": "response", "request": request(tokens=9000)})
+    too_long = client.post("/tasks", json={"type": "response", "request": ask(tokens=9000)})
     assert_problem(too_long, 400, "context_length_exceeded")
     assert client.get("/tasks", params={"limit": 100}).json()["data"] == before
 
@@ -207,7 +179,7 @@ def test_cancel_stops_a_running_task_with_response_cancelled(client: httpx.Clien
     final = client.get(f"/tasks/{task['id']}").json()
     assert final["status"] == "cancelled"
     assert final["result"]["status"] == "cancelled"
-    after = client.post("/responses", json=request("Hi", 2))
+    after = client.post("/responses", json=ask("Hi", 2))
     assert after.json()["usage"]["output_tokens"] == 2
 
 
@@ -345,25 +317,25 @@ def test_a_bad_metadata_filter_is_invalid_request(
 
 
 def test_stored_response_can_be_fetched(client: httpx.Client) -> None:
-    created = client.post("/responses", json=request(tokens=3, store=True)).json()
+    created = client.post("/responses", json=ask(tokens=3, store=True)).json()
     fetched = client.get(f"/responses/{created['id']}")
     assert fetched.status_code == 200
     assert fetched.json() == created
 
 
 def test_unstored_response_is_response_not_found(client: httpx.Client) -> None:
-    created = client.post("/responses", json=request(tokens=2)).json()
+    created = client.post("/responses", json=ask(tokens=2)).json()
     assert_problem(client.get(f"/responses/{created['id']}"), 404, "response_not_found")
 
 
 def test_previous_response_puts_its_input_and_output_before_the_new_input(
     client: httpx.Client,
 ) -> None:
-    first = client.post("/responses", json=request("My name is Ada.", 4, store=True)).json()
+    first = client.post("/responses", json=ask("My name is Ada.", 4, store=True)).json()
     second = client.post(
-        "/responses", json=request("What is my name?", 4, previous_response_id=first["id"])
+        "/responses", json=ask("What is my name?", 4, previous_response_id=first["id"])
     ).json()
-    alone = client.post("/responses", json=request("What is my name?", 4)).json()
+    alone = client.post("/responses", json=ask("What is my name?", 4)).json()
     # The earlier turn (its prompt and its 4 output tokens, closed by <end_of_turn>\n) comes first.
     assert (
         second["usage"]["input_tokens"]
@@ -374,8 +346,8 @@ def test_previous_response_puts_its_input_and_output_before_the_new_input(
 def test_a_continued_conversation_reads_only_its_new_tokens_and_says_the_same(
     client: httpx.Client,
 ) -> None:
-    first = client.post("/responses", json=request("Name three colours.", 6, store=True)).json()
-    follow = request("And three animals?", 6, previous_response_id=first["id"])
+    first = client.post("/responses", json=ask("Name three colours.", 6, store=True)).json()
+    follow = ask("And three animals?", 6, previous_response_id=first["id"])
     second = client.post("/responses", json=follow).json()
     again = client.post("/responses", json=follow).json()
     # The first turn's prompt is in its slot's cache: only what follows it is evaluated.
@@ -389,7 +361,7 @@ def test_a_continued_conversation_reads_only_its_new_tokens_and_says_the_same(
 
 
 def test_unknown_previous_response_is_response_not_found(client: httpx.Client) -> None:
-    body = request(previous_response_id="resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF")
+    body = ask(previous_response_id="resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF")
     problem = assert_problem(client.post("/responses", json=body), 404, "response_not_found")
     assert problem["param"] == "previous_response_id"
 
@@ -407,8 +379,8 @@ def test_stored_task_results_continue_like_responses(client: httpx.Client) -> No
 
 def test_same_key_and_body_replays_the_first_response(client: httpx.Client) -> None:
     headers = {"Idempotency-Key": "key-replay-1"}
-    first = client.post("/responses", json=request(tokens=3), headers=headers)
-    again = client.post("/responses", json=request(tokens=3), headers=headers)
+    first = client.post("/responses", json=ask(tokens=3), headers=headers)
+    again = client.post("/responses", json=ask(tokens=3), headers=headers)
     assert first.status_code == again.status_code == 200
     assert again.json() == first.json()
     assert again.headers["idempotent-replayed"] == "true"
@@ -417,15 +389,15 @@ def test_same_key_and_body_replays_the_first_response(client: httpx.Client) -> N
 
 def test_same_key_with_another_body_is_idempotency_key_reused(client: httpx.Client) -> None:
     headers = {"Idempotency-Key": "key-reused-1"}
-    client.post("/responses", json=request(tokens=2), headers=headers)
-    other = client.post("/responses", json=request(tokens=3), headers=headers)
+    client.post("/responses", json=ask(tokens=2), headers=headers)
+    other = client.post("/responses", json=ask(tokens=3), headers=headers)
     assert_problem(other, 422, "idempotency_key_reused")
 
 
 def test_a_4xx_answer_is_kept_under_its_key(client: httpx.Client) -> None:
     headers = {"Idempotency-Key": "key-4xx-1"}
-    first = client.post("/responses", json=request(model="nope"), headers=headers)
-    again = client.post("/responses", json=request(model="nope"), headers=headers)
+    first = client.post("/responses", json=ask(model="nope"), headers=headers)
+    again = client.post("/responses", json=ask(model="nope"), headers=headers)
     assert_problem(first, 404, "model_not_found")
     assert_problem(again, 404, "model_not_found")
     assert again.headers["idempotent-replayed"] == "true"
@@ -435,7 +407,7 @@ def test_key_while_the_first_sync_request_runs_is_idempotency_in_progress(
     live_server: LiveServer,
 ) -> None:
     headers = {"Idempotency-Key": "key-running-1"}
-    body = request("Write a long story.", 300)
+    body = ask("Write a long story.", 300)
 
     def post(delay: float) -> httpx.Response:
         time.sleep(delay)
@@ -450,7 +422,7 @@ def test_key_while_the_first_sync_request_runs_is_idempotency_in_progress(
 
 def test_identical_task_posts_at_once_make_one_task(live_server: LiveServer) -> None:
     headers = {"Idempotency-Key": "key-task-once-1"}
-    body = {"type": "response", "request": request(tokens=4)}
+    body = {"type": "response", "request": ask(tokens=4)}
 
     def post(_: int) -> httpx.Response:
         with live_server.client() as http:
@@ -467,7 +439,7 @@ def test_identical_task_posts_at_once_make_one_task(live_server: LiveServer) -> 
 
 @pytest.mark.parametrize("key", [b"", b"x" * 256, "naïve".encode()])
 def test_malformed_idempotency_key_is_invalid_request(client: httpx.Client, key: bytes) -> None:
-    response = client.post("/responses", json=request(tokens=1), headers={b"Idempotency-Key": key})
+    response = client.post("/responses", json=ask(tokens=1), headers={b"Idempotency-Key": key})
     problem = assert_problem(response, 400, "invalid_request")
     assert problem["param"] == "Idempotency-Key"
 
@@ -478,7 +450,7 @@ def test_malformed_idempotency_key_is_invalid_request(client: httpx.Client, key:
 def test_configured_token_works_within_its_scopes(live_server: LiveServer) -> None:
     with live_server.client(token=READER_TOKEN) as reader:
         assert reader.get("/models").status_code == 200
-        response = reader.post("/responses", json=request(tokens=1))
+        response = reader.post("/responses", json=ask(tokens=1))
         assert_problem(response, 403, "insufficient_scope")
         assert response.headers["www-authenticate"] == (
             'Bearer error="insufficient_scope", scope="responses:write"'
@@ -491,7 +463,7 @@ def test_a_token_sees_only_its_own_tasks_and_responses(
 ) -> None:
     mine = start(editor, tokens=2)
     events(editor, mine["id"])
-    stored = editor.post("/responses", json=request(tokens=2, store=True)).json()
+    stored = editor.post("/responses", json=ask(tokens=2, store=True)).json()
     assert_problem(client.get(f"/tasks/{mine['id']}"), 404, "task_not_found")
     assert_problem(client.get(f"/tasks/{mine['id']}/events"), 404, "task_not_found")
     assert_problem(client.post(f"/tasks/{mine['id']}/cancel"), 404, "task_not_found")

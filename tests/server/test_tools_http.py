@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 
 from tests.conftest import MODEL
-from tests.server.test_http import assert_problem, stream
+from tests.server.helpers import assert_problem, stream
 
 WEATHER: dict[str, Any] = {
     "type": "function",

@@ -10,7 +10,6 @@ then deliver every event exactly once.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,8 +17,10 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, Page
 
+from lmsp_jupyter.kernel.state import FINAL_STATUSES
 from tests.conftest import MODEL, LiveServer
-from tests.ui.proxy import CuttableProxy
+from tests.helpers import eventually
+from tests.proxy import LoopbackProxy
 
 FINAL_TYPES = (
     "response.completed",
@@ -69,16 +70,16 @@ FOLLOW_JS = """
 
 
 @pytest.fixture
-def proxy(live_server: LiveServer) -> Iterator[CuttableProxy]:
+def proxy(live_server: LiveServer) -> Iterator[LoopbackProxy]:
     """A cuttable proxy in front of the live server."""
     port = urlsplit(live_server.root).port
     assert port is not None
-    with CuttableProxy(port, lifetime=600) as proxy:
+    with LoopbackProxy(port, lifetime=600) as proxy:
         yield proxy
 
 
 @pytest.fixture
-def page(browser: Browser, live_server: LiveServer, proxy: CuttableProxy) -> Iterator[Page]:
+def page(browser: Browser, live_server: LiveServer, proxy: LoopbackProxy) -> Iterator[Page]:
     """A page on the proxy's origin, logged in to Jupyter with its cookie, with ``follow``."""
     origin = f"http://127.0.0.1:{proxy.port}"
     base = urlsplit(live_server.root).path
@@ -134,26 +135,24 @@ def get_task(live_server: LiveServer, task_id: str) -> dict[str, Any]:
 
 def wait_final(live_server: LiveServer, task_id: str, timeout: float = 180) -> dict[str, Any]:
     """Poll the task until it is final."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def final() -> dict[str, Any] | None:
         task = get_task(live_server, task_id)
-        if task["status"] in ("completed", "incomplete", "failed", "cancelled"):
-            return task
-        time.sleep(0.2)
-    raise AssertionError(f"task {task_id} not final after {timeout} s: {task}")
+        return task if task["status"] in FINAL_STATUSES else None
+
+    return eventually(final, within=timeout, interval=0.2, what=f"task {task_id} final")
 
 
 def wait_for(page: Page, expression: str, timeout: float, what: str) -> None:
     """Poll a JavaScript expression in the page until it is true, or fail saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if page.evaluate(expression):
-            return
-        time.sleep(0.02)
-    state = page.evaluate(
-        "({received: window.received, opens: window.opens, errors: window.errors})"
-    )
-    raise AssertionError(f"{what}: not after {timeout} s; the page has {json.dumps(state)}")
+
+    def state() -> str:
+        page_state = page.evaluate(
+            "({received: window.received, opens: window.opens, errors: window.errors})"
+        )
+        return f"{what}; the page has {json.dumps(page_state)}"
+
+    eventually(lambda: page.evaluate(expression), within=timeout, interval=0.02, what=state)
 
 
 def received(page: Page) -> list[dict[str, Any]]:
@@ -191,7 +190,7 @@ def assert_one_full_stream(events: list[dict[str, Any]], last_event_id: int) -> 
 
 
 def test_eventsource_reconnects_after_a_cut_and_misses_nothing(
-    live_server: LiveServer, proxy: CuttableProxy, page: Page
+    live_server: LiveServer, proxy: LoopbackProxy, page: Page
 ) -> None:
     task = create_task(live_server, max_output_tokens=200)
     path = events_path(live_server, task["id"])
@@ -234,7 +233,7 @@ def test_eventsource_reconnects_after_a_cut_and_misses_nothing(
 
 
 def test_eventsource_with_after_on_a_finished_task(
-    live_server: LiveServer, proxy: CuttableProxy, page: Page
+    live_server: LiveServer, proxy: LoopbackProxy, page: Page
 ) -> None:
     task = create_task(live_server, max_output_tokens=24)
     final = wait_final(live_server, task["id"])

@@ -1,0 +1,68 @@
+"""Helpers every suite shares: :func:`eventually`, the one way a test waits for a condition.
+
+A test waits for what another process or thread does (a server starting, a task reaching an
+event, a page receiving it) by polling a probe until it answers, never by sleeping a guessed
+time. The time limit only bounds a failure: it is generous, and no test asserts on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeGuard, TypeVar
+
+T = TypeVar("T")
+
+
+class _Deadline:
+    def __init__(self, within: float, what: str | Callable[[], str]) -> None:
+        self.within = within
+        self.what = what
+        self.end = time.monotonic() + within
+
+    def reached(self, value: T | None) -> TypeGuard[T]:
+        """Whether ``value`` answers; raise AssertionError once the time is over."""
+        if value:
+            return True
+        if time.monotonic() >= self.end:
+            what = self.what() if callable(self.what) else self.what
+            raise AssertionError(f"{what}: not within {self.within:g} s (last: {value!r})")
+        return False
+
+
+def eventually(
+    probe: Callable[[], T | None],
+    *,
+    within: float = 60.0,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "the condition",
+) -> T:
+    """Call ``probe`` every ``interval`` seconds until it returns a true value; return that value.
+
+    An exception of ``probe`` ends the wait (a probe raises when waiting is pointless, e.g. the
+    process it waits for exited). After ``within`` seconds: AssertionError naming ``what``
+    (a string, or a function that describes the state then) and the last value.
+    """
+    deadline = _Deadline(within, what)
+    while True:
+        value = probe()
+        if deadline.reached(value):
+            return value
+        time.sleep(interval)
+
+
+async def eventually_async(
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    within: float = 60.0,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "the condition",
+) -> T:
+    """:func:`eventually` for a coroutine probe, waiting with ``asyncio.sleep``."""
+    deadline = _Deadline(within, what)
+    while True:
+        value = await probe()
+        if deadline.reached(value):
+            return value
+        await asyncio.sleep(interval)

@@ -1,0 +1,110 @@
+"""What the tests of the server suite share: requests for the bundled model, a strict reader of
+the SSE streams they receive, problem documents, and tasks followed over HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.conftest import MODEL
+from tests.helpers import eventually
+
+
+def ask(prompt: str = "Name a colour.", tokens: int = 8, **fields: Any) -> dict[str, Any]:
+    """A small, deterministic request for the bundled model (``fields`` override)."""
+    return {
+        "model": MODEL,
+        "input": prompt,
+        "temperature": 0,
+        "max_output_tokens": tokens,
+        **fields,
+    }
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, object]:
+    """``response`` is a problem document with ``status`` and ``code``, and no traceback."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem: dict[str, object] = response.json()
+    assert problem["code"] == code
+    assert problem["status"] == status
+    assert "Traceback" not in response.text
+    return problem
+
+
+@dataclass
+class Event:
+    """One server-sent event."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+def parse_sse(lines: Iterable[str]) -> tuple[list[Event], list[str]]:
+    """Events and comments of a stream; every event must have an id, a name and one data line.
+
+    No frame goes without data (11.4): a blank line only ever ends an event, the first event's
+    frame carries ``retry: 2000`` (so browsers reconnect) and no other frame does, and a comment
+    (keep-alive) is a line alone.
+    """
+    events: list[Event] = []
+    comments: list[str] = []
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            assert fields, "a blank line that ends no event"
+            if not events:
+                assert fields.pop("retry", None) == "2000", "the first event must carry retry"
+            assert set(fields) == {"id", "event", "data"}, fields
+            events.append(Event(int(fields["id"]), fields["event"], json.loads(fields["data"])))
+            fields = {}
+        elif line.startswith(":"):
+            assert not fields, "a comment inside an event"
+            comments.append(line)
+        else:
+            name, _, value = line.partition(": ")
+            assert name not in fields, f"repeated field {name}"
+            fields[name] = value
+    assert not fields, "stream ended inside an event"
+    return events, comments
+
+
+def stream(client: httpx.Client, body: dict[str, Any]) -> tuple[httpx.Response, list[Event]]:
+    """``POST /responses`` streamed: the response and its events (none when it is not 200)."""
+    with client.stream("POST", "/responses", json={**body, "stream": True}) as response:
+        if response.status_code != 200:
+            response.read()
+            return response, []
+        events, _ = parse_sse(response.iter_lines())
+    return response, events
+
+
+def start(client: httpx.Client, **fields: Any) -> dict[str, Any]:
+    """Create a task for ``ask(**fields)``; return the task object."""
+    response = client.post("/tasks", json={"type": "response", "request": ask(**fields)})
+    assert response.status_code == 202, response.text
+    task: dict[str, Any] = response.json()
+    return task
+
+
+def events(client: httpx.Client, task_id: str, **kwargs: Any) -> list[Event]:
+    """All the events of a task, read until the stream ends."""
+    with client.stream("GET", f"/tasks/{task_id}/events", **kwargs) as response:
+        assert response.status_code == 200, response.read()
+        received, _ = parse_sse(response.iter_lines())
+    return received
+
+
+def wait_for_events(client: httpx.Client, task_id: str, count: int) -> dict[str, Any]:
+    """Poll until the task has at least ``count`` events; return the task."""
+
+    def task_with_enough() -> dict[str, Any] | None:
+        task: dict[str, Any] = client.get(f"/tasks/{task_id}").json()
+        return task if task["last_event_id"] >= count else None
+
+    return eventually(task_with_enough, what=f"task {task_id} with {count} events")
