@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from traitlets import Dict, Float, Int, List, Unicode
+from traitlets import Dict, Enum, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from lmsp_jupyter.engine.catalog import ModelEntry
@@ -28,12 +28,16 @@ class ScriptedEngine(LoggingConfigurable):
 
     A server configured with ``LmspApp.engine_class`` set to this class serves its local models
     with it; its traits are then set as ``ScriptedEngine.deltas`` and so on, and
-    ``ScriptedEngine.then`` scripts the generations after the first.
+    ``ScriptedEngine.then`` scripts the generations after the first. ``fail_after``: an
+    ``EngineError`` after that many deltas. ``ending``: ``"done"`` (say how generation ended),
+    ``"bug"`` (raise an exception that is not an ``EngineError``) or ``"silent"`` (stop without
+    saying how generation ended).
     """
 
     deltas = List(Unicode(), default_value=["Hel", "lo"]).tag(config=True)
     delay = Float(0.0).tag(config=True)
     fail_after = Int(None, allow_none=True).tag(config=True)
+    ending = Enum(["done", "bug", "silent"], default_value="done").tag(config=True)
     context_size = Int(4096).tag(config=True)
     slots = Int(1).tag(config=True)
     then = List(
@@ -106,4 +110,7 @@ class ScriptedEngine(LoggingConfigurable):
                 return
             count += 1
             yield TextDelta(delta)
-        yield GenerationDone("stop", len(prompt.tokens), count)
+        if self.ending == "bug":
+            raise RuntimeError("a bug")
+        if self.ending == "done":
+            yield GenerationDone("stop", len(prompt.tokens), count)

@@ -11,30 +11,21 @@ import asyncio
 import contextlib
 import sqlite3
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.generation import (
     CancelToken,
-    GenerationEvent,
-    Prompt,
-    SamplingParams,
-    TextDelta,
 )
 from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, ResponseFailed
-from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.server.sse import sse_frame
 from lmsp_jupyter.service.idempotency import Action, Claim, IdempotencyKeys
-from lmsp_jupyter.service.models import ModelDirectory
-from lmsp_jupyter.service.responses import ResponseService
 from lmsp_jupyter.service.store import (
     IdempotencyRecords,
-    ResponseRecords,
     Store,
     StoredEvent,
     TaskRecords,
@@ -43,39 +34,15 @@ from lmsp_jupyter.service.store import (
 from lmsp_jupyter.service.tasks import Interrupted, TaskService
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
-
-CREATED, ADDED, DELTA, DONE = (
-    "response.created",
-    "response.output_item.added",
-    "response.output_text.delta",
-    "response.output_item.done",
+from tests.service.helpers import (
+    DELTA,
+    MESSAGE_DONE,
+    MESSAGE_OPEN,
+    START,
+    names,
+    request,
+    services,
 )
-#: Before the first item (11.4), and the message's closing events before its item's done.
-START = [CREATED, "response.in_progress"]
-TEXT_OPEN = [ADDED, "response.content_part.added"]
-TEXT_CLOSE = ["response.output_text.done", "response.content_part.done", DONE]
-
-
-class BuggyEngine(ScriptedEngine):
-    """Plays its deltas, then fails with an exception that is not an ``EngineError``."""
-
-    async def generate(
-        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
-    ) -> AsyncIterator[GenerationEvent]:
-        for delta in self.deltas:
-            await asyncio.sleep(self.delay)
-            yield TextDelta(delta)
-        raise RuntimeError("a bug")
-
-
-class SilentEngine(ScriptedEngine):
-    """Plays its deltas and stops without saying how generation ended."""
-
-    async def generate(
-        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
-    ) -> AsyncIterator[GenerationEvent]:
-        for delta in self.deltas:
-            yield TextDelta(delta)
 
 
 class FaultyStore(Store):
@@ -102,20 +69,6 @@ class _Faulty:
         return getattr(self._real, name)
 
 
-def services(engine: Any, store: Store) -> tuple[ResponseService, TaskService]:
-    directory = ModelDirectory(ModelCatalog(include_bundled=True), engine)
-    responses = ResponseService(directory, engine, ResponseRecords(store))
-    return responses, TaskService(responses, TaskRecords(store))
-
-
-def request(**fields: Any) -> Any:
-    return parse_response_request({"model": MODEL, "input": "Hi", **fields})
-
-
-def names(events: list[Any]) -> list[str]:
-    return [event.event for event in events]
-
-
 def assert_one_final_last(events: list[ResponseEvent] | list[StoredEvent]) -> None:
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True]
@@ -133,10 +86,12 @@ def integrity(path: Path) -> str:
 async def test_an_engine_bug_ends_the_stream_with_open_items_done_and_one_failed(
     tmp_path: Path,
 ) -> None:
-    responses, _ = services(BuggyEngine(deltas=("Hel", "lo")), Store(tmp_path / "s.db"))
+    responses, _ = services(
+        ScriptedEngine(deltas=("Hel", "lo"), ending="bug"), Store(tmp_path / "s.db")
+    )
     run = await responses.start(request())
     events = [event async for event in responses.events(run, CancelToken())]
-    assert names(events) == [*START, *TEXT_OPEN, DELTA, DELTA, *TEXT_CLOSE, "response.failed"]
+    assert names(events) == [*START, *MESSAGE_OPEN, DELTA, DELTA, *MESSAGE_DONE, "response.failed"]
     assert_one_final_last(events)
     done = events[-2].data
     assert isinstance(done, OutputItemDone)
@@ -149,10 +104,12 @@ async def test_an_engine_bug_ends_the_stream_with_open_items_done_and_one_failed
 
 
 async def test_an_engine_that_stops_without_its_end_fails_the_generation(tmp_path: Path) -> None:
-    responses, _ = services(SilentEngine(deltas=("a",)), Store(tmp_path / "s.db"))
+    responses, _ = services(
+        ScriptedEngine(deltas=("a",), ending="silent"), Store(tmp_path / "s.db")
+    )
     run = await responses.start(request())
     events = [event async for event in responses.events(run, CancelToken())]
-    assert names(events) == [*START, *TEXT_OPEN, DELTA, *TEXT_CLOSE, "response.failed"]
+    assert names(events) == [*START, *MESSAGE_OPEN, DELTA, *MESSAGE_DONE, "response.failed"]
     assert events[-1].data.model_dump()["error"]["code"] == "generation_failed"
 
 
@@ -164,7 +121,7 @@ async def test_a_response_that_cannot_be_stored_ends_with_response_failed(
     run = await responses.start(request(store=True))
     store.fault = sqlite3.OperationalError("database or disk is full")
     events = [event async for event in responses.events(run, CancelToken())]
-    assert names(events) == [*START, *TEXT_OPEN, DELTA, *TEXT_CLOSE, "response.failed"]
+    assert names(events) == [*START, *MESSAGE_OPEN, DELTA, *MESSAGE_DONE, "response.failed"]
     assert_one_final_last(events)
     assert run.response().status == "failed"
     store.fault = None
@@ -188,7 +145,9 @@ async def wait_final(tasks: TaskService, task_id: str) -> None:
 
 
 async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: Path) -> None:
-    _, tasks = services(BuggyEngine(deltas=("Hel", "lo"), delay=0.01), Store(tmp_path / "s.db"))
+    _, tasks = services(
+        ScriptedEngine(deltas=("Hel", "lo"), delay=0.01, ending="bug"), Store(tmp_path / "s.db")
+    )
     task = await tasks.create(
         {"type": "response", "request": {"model": MODEL, "input": "x"}}, "jupyter"
     )
@@ -196,7 +155,7 @@ async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: P
     await wait_final(tasks, task.id)
     stored = await follow_all(tasks, task.id)
     assert [sse_frame(e) for e in stored] == [sse_frame(e) for e in live]
-    assert names(stored) == [*START, *TEXT_OPEN, DELTA, DELTA, *TEXT_CLOSE, "response.failed"]
+    assert names(stored) == [*START, *MESSAGE_OPEN, DELTA, DELTA, *MESSAGE_DONE, "response.failed"]
     assert_one_final_last(stored)
     result = tasks.get(task.id, "jupyter")
     assert result.status == "failed" and result.result is not None

@@ -15,7 +15,7 @@ from lmsp_jupyter.protocol.items import OutputMessage
 from lmsp_jupyter.service.responses import ResponseService
 from lmsp_jupyter.service.store import Store
 from tests.doubles import ScriptedEngine
-from tests.service.test_faults import request, services
+from tests.service.helpers import request, services
 
 
 async def stored_answer(engine: ScriptedEngine, tmp_path: Path) -> tuple[ResponseService, str]:

@@ -6,13 +6,11 @@ the failures and cancellations the real model cannot be made to hit on demand.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pytest
 
-from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, Prompt
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
@@ -29,44 +27,28 @@ from lmsp_jupyter.protocol.events import (
     ResponseIncomplete,
 )
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
-from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
+from lmsp_jupyter.protocol.requests import ResponseRequest
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
-from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseRun, ResponseService
+from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
-
-THREADS = min(os.cpu_count() or 1, 4)
-MODEL = BUNDLED_MODEL_ID
-
-CREATED = "response.created"
-ADDED = "response.output_item.added"
-DELTA = "response.output_text.delta"
-DONE = "response.output_item.done"
-IN_PROGRESS = "response.in_progress"
-PART_ADDED = "response.content_part.added"
-#: A message's closing events, its item's done last.
-MESSAGE_DONE = ["response.output_text.done", "response.content_part.done", DONE]
-#: How every generating stream begins.
-START = [CREATED, IN_PROGRESS]
-
-
-def request(**fields: Any) -> ResponseRequest:
-    return parse_response_request({"model": MODEL, "input": "Hi", "temperature": 0, **fields})
-
-
-def service_of(engine: Any) -> ResponseService:
-    """A service over the bundled model's catalog, running on ``engine``."""
-    return ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
+from tests.service.helpers import (
+    ADDED,
+    DELTA,
+    MESSAGE_DONE,
+    PART_ADDED,
+    START,
+    THREADS,
+    names,
+    request,
+    service_of,
+)
 
 
 async def events_of(
     service: ResponseService, run: ResponseRun, cancel: CancelToken | None = None
 ) -> list[ResponseEvent]:
     return [event async for event in service.events(run, cancel or CancelToken())]
-
-
-def names(events: Sequence[ResponseEvent]) -> list[str]:
-    return [event.event for event in events]
 
 
 def deltas(events: Sequence[ResponseEvent]) -> str:

@@ -9,14 +9,12 @@ array by ``maxItems`` and most numbers by bounds, so the JSON closes well before
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jsonschema
 import pytest
 
-from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.errors import LmspError
@@ -30,11 +28,10 @@ from lmsp_jupyter.protocol.events import (
 from lmsp_jupyter.protocol.items import OutputFunctionCall, OutputMessage
 from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.responses import Response
-from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
+from tests.conftest import MODEL
+from tests.service.helpers import THREADS, service_of
 
-THREADS = min(os.cpu_count() or 1, 4)
-MODEL = BUNDLED_MODEL_ID
 QUESTION = "What is the weather in Paris?"
 
 WEATHER: dict[str, Any] = {
@@ -289,7 +286,7 @@ def engine() -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def service(engine: Engine) -> ResponseService:
-    return ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
+    return service_of(engine)
 
 
 # --- response_format: json_schema --------------------------------------------------------------

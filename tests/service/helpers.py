@@ -1,0 +1,56 @@
+"""What the tests of the service suite share: requests, services over an engine (the real one or
+the scripted double), and the names of the events a stream is made of."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from lmsp_jupyter.engine.catalog import ModelCatalog
+from lmsp_jupyter.protocol.events import ResponseEvent
+from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
+from lmsp_jupyter.service.models import ModelDirectory
+from lmsp_jupyter.service.responses import ResponseService
+from lmsp_jupyter.service.store import ResponseRecords, Store, StoredEvent, TaskRecords
+from lmsp_jupyter.service.tasks import TaskService
+from tests.conftest import MODEL
+
+#: Threads of the real engine's model.
+THREADS = min(os.cpu_count() or 1, 4)
+
+CREATED = "response.created"
+IN_PROGRESS = "response.in_progress"
+ADDED = "response.output_item.added"
+PART_ADDED = "response.content_part.added"
+DELTA = "response.output_text.delta"
+DONE = "response.output_item.done"
+#: How every generating stream begins (11.4).
+START = [CREATED, IN_PROGRESS]
+#: A message's opening events, and its closing ones, its item's done last.
+MESSAGE_OPEN = [ADDED, PART_ADDED]
+MESSAGE_DONE = ["response.output_text.done", "response.content_part.done", DONE]
+
+
+def request(**fields: Any) -> ResponseRequest:
+    """A parsed greedy request for the bundled model (``fields`` override)."""
+    return parse_response_request({"model": MODEL, "input": "Hi", "temperature": 0, **fields})
+
+
+def service_of(engine: Any, store: Store | None = None) -> ResponseService:
+    """A response service over the bundled model's catalog, running on ``engine``."""
+    records = ResponseRecords(store) if store is not None else None
+    return ResponseService(
+        ModelDirectory(ModelCatalog(include_bundled=True), engine), engine, records
+    )
+
+
+def services(engine: Any, store: Store) -> tuple[ResponseService, TaskService]:
+    """The response and task services over ``engine``, storing in ``store``."""
+    responses = service_of(engine, store)
+    return responses, TaskService(responses, TaskRecords(store))
+
+
+def names(events: Sequence[ResponseEvent] | Sequence[StoredEvent]) -> list[str]:
+    """The events' names, in order."""
+    return [event.event for event in events]
