@@ -12,12 +12,16 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
+
+if TYPE_CHECKING:
+    from tests.fresh_install import FreshInstall
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -147,3 +151,12 @@ def client(live_server: LiveServer) -> Iterator[httpx.Client]:
     """An HTTP client of the live server, authenticated with its token."""
     with live_server.client() as http:
         yield http
+
+
+@pytest.fixture(scope="session")
+def install(tmp_path_factory: pytest.TempPathFactory) -> FreshInstall:
+    """The repository installed by ``binder/postBuild`` into a fresh venv (Binder's and the
+    packaging tests')."""
+    from tests.fresh_install import fresh_install  # it imports this module
+
+    return fresh_install(tmp_path_factory)

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, free_port
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Generous: a cold pip cache compiles llama-cpp-python, and npm installs the lab toolchain.
 INSTALL_TIMEOUT = 3600
 

@@ -1,4 +1,5 @@
-"""Helpers every suite shares: :func:`eventually`, the one way a test waits for a condition.
+"""Helpers every suite shares: where the repository is, the JavaScript clients, and
+:func:`eventually`, the one way a test waits for a condition.
 
 A test waits for what another process or thread does (a server starting, a task reaching an
 event, a page receiving it) by polling a probe until it answers, never by sleeping a guessed
@@ -8,11 +9,39 @@ time. The time limit only bounds a failure: it is generous, and no test asserts 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeGuard, TypeVar
 
 T = TypeVar("T")
+
+#: The repository's root.
+ROOT = Path(__file__).resolve().parent.parent
+#: OpenAI's JavaScript SDK and the AI SDK, installed from their lockfile.
+JS_CLIENTS = ROOT / "tests" / "clients" / "js"
+
+
+def node_env() -> dict[str, str]:
+    """The environment with the virtualenv's node and npm first on PATH."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def install_js_clients() -> None:
+    """``npm ci`` the client packages once (a fresh machine has none)."""
+    if (JS_CLIENTS / "node_modules" / ".package-lock.json").exists():
+        return
+    subprocess.run(
+        ["npm", "ci", "--no-audit", "--no-fund"],
+        cwd=JS_CLIENTS,
+        env=node_env(),
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 class _Deadline:

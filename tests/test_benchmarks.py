@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 #: The header of the per-side table of stream_overhead and kernel_ask.
 SIDES_HEADER = "side tokens tok/s e2e tok/s decode TTFT ms"
 #: name: (tiny arguments, table headers (the words of a whole line), starts of other lines)

@@ -10,22 +10,9 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import stop_server
-from tests.fresh_install import (
-    INSTALL_TIMEOUT,
-    FreshInstall,
-    bearer,
-    fresh_install,
-    report,
-    start_jupyter,
-)
+from tests.fresh_install import INSTALL_TIMEOUT, FreshInstall, bearer, report, start_jupyter
 
 BINDER_MEMORY = 2 * 1024**3
-
-
-@pytest.fixture(scope="session")
-def install(tmp_path_factory: pytest.TempPathFactory) -> FreshInstall:
-    """The repository installed by ``binder/postBuild`` into a fresh venv."""
-    return fresh_install(tmp_path_factory)
 
 
 def peak_rss_bytes(pid: int) -> int:

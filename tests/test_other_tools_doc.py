@@ -15,8 +15,7 @@ import pytest
 
 from tests.conftest import READER_TOKEN, LiveServer
 from tests.docs_blocks import code_blocks, run_block
-from tests.server.test_openai_js import CLIENTS, install_clients
-from tests.test_docs import ROOT
+from tests.helpers import JS_CLIENTS, ROOT, install_js_clients
 
 PAGE = (ROOT / "docs" / "other-tools.md").read_text()
 FINAL = r"response\.(completed|incomplete|failed|cancelled)"
@@ -31,10 +30,10 @@ def outputs(live_server: LiveServer) -> dict[str, list[subprocess.CompletedProce
         "JUPYTER_TOKEN": live_server.token,
         "READER_TOKEN": READER_TOKEN,
     }
-    install_clients()  # the js blocks import the OpenAI SDK and the AI SDK from there
+    install_js_clients()  # the js blocks import the OpenAI SDK and the AI SDK from there
     results = {
         language: [
-            run_block(language, block, env, cwd=CLIENTS) for block in code_blocks(PAGE, language)
+            run_block(language, block, env, cwd=JS_CLIENTS) for block in code_blocks(PAGE, language)
         ]
         for language in ("bash", "python", "js")
     }

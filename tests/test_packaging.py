@@ -15,14 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import stop_server
-from tests.fresh_install import (
-    INSTALL_TIMEOUT,
-    FreshInstall,
-    bearer,
-    fresh_install,
-    report,
-    start_jupyter,
-)
+from tests.fresh_install import INSTALL_TIMEOUT, FreshInstall, bearer, report, start_jupyter
 
 LABEXTENSION = "share/jupyter/labextensions/lmsp-jupyter"
 #: The one place the version is written.
@@ -30,12 +23,6 @@ VERSION = json.loads((Path(__file__).parents[1] / "labextension" / "package.json
     "version"
 ]
 SERVER_CONFIG = "etc/jupyter/jupyter_server_config.d/lmsp_jupyter.json"
-
-
-@pytest.fixture(scope="session")
-def install(tmp_path_factory: pytest.TempPathFactory) -> FreshInstall:
-    """The repository installed by ``binder/postBuild`` into a fresh venv (shared with Binder's)."""
-    return fresh_install(tmp_path_factory)
 
 
 @dataclass

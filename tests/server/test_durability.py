@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.helpers import eventually
 from tests.server.helpers import assert_problem, events, start, wait_for_events
 
 
@@ -29,26 +30,27 @@ def short_retention(tmp_path: Path) -> Iterator[LiveServer]:
     stop_server(server)
 
 
+def until_not_ok(client: httpx.Client, path: str) -> httpx.Response:
+    """Poll ``GET path`` until it answers other than 200 (what has expired is gone)."""
+
+    def not_ok() -> httpx.Response | None:
+        response = client.get(path)
+        return response if response.status_code != 200 else None
+
+    return eventually(not_ok, interval=0.1, what=f"GET {path} no longer 200")
+
+
 def test_events_expire_before_the_task_which_then_is_gone(short_retention: LiveServer) -> None:
     with short_retention.client() as client:
         task = start(client, tokens=2)
         received = events(client, task["id"])
-        for _ in range(200):
-            response = client.get(f"/tasks/{task['id']}/events")
-            if response.status_code != 200:
-                break
-            time.sleep(0.1)
+        response = until_not_ok(client, f"/tasks/{task['id']}/events")
         assert_problem(response, 410, "event_history_expired")
         kept = client.get(f"/tasks/{task['id']}")
         assert kept.status_code == 200
         assert kept.json()["last_event_id"] == len(received)
         assert events(client, task["id"], params={"after": len(received)}) == []
-        for _ in range(200):
-            response = client.get(f"/tasks/{task['id']}")
-            if response.status_code != 200:
-                break
-            time.sleep(0.1)
-        assert_problem(response, 404, "task_not_found")
+        assert_problem(until_not_ok(client, f"/tasks/{task['id']}"), 404, "task_not_found")
 
 
 def test_a_full_queue_is_overloaded_with_retry_after_for_tasks_and_direct_requests(

