@@ -1,5 +1,5 @@
-"""Helpers every suite shares: where the repository is, the JavaScript clients, and
-:func:`eventually`, the one way a test waits for a condition.
+"""Helpers every suite shares: a function tool, where the repository is, the JavaScript
+clients, and :func:`eventually`, the one way a test waits for a condition.
 
 A test waits for what another process or thread does (a server starting, a task reaching an
 event, a page receiving it) by polling a probe until it answers, never by sleeping a guessed
@@ -15,9 +15,38 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeGuard, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 T = TypeVar("T")
+
+#: A function tool the bundled model calls well: one short string argument.
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather of a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
+def message_events(deltas: int, final: str = "response.completed") -> list[str]:
+    """The event names of a stream that answers with one message of ``deltas`` deltas (11.4)."""
+    return [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * deltas,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        final,
+    ]
+
 
 #: The repository's root.
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lmsp_jupyter.kernel.tools import Tool, tool
 from lmsp_jupyter.protocol.events import (
     OutputItemAdded,
     OutputItemDone,
@@ -33,6 +35,23 @@ class Turn:
     calls: tuple[tuple[str, str], ...] = ()  # (name, arguments)
     delay: float = 0.0  # seconds before each delta
     hold: threading.Event | None = None  # the round ends only once this is set (or cancelled)
+
+
+def note_tool() -> tuple[Tool, list[str]]:
+    """A ``note(text)`` tool that answers ``noted``, and the texts it has run with."""
+    ran: list[str] = []
+
+    @tool
+    def note(text: str) -> str:
+        ran.append(text)
+        return "noted"
+
+    return note, ran
+
+
+def note_call(text: str) -> Turn:
+    """A round in which the model calls ``note`` with ``text``."""
+    return Turn(calls=(("note", json.dumps({"text": text})),))
 
 
 @dataclass

@@ -16,10 +16,9 @@ from lmsp_jupyter.kernel import connect
 from lmsp_jupyter.kernel.answer import Answer
 from lmsp_jupyter.kernel.magics import LmspMagics
 from lmsp_jupyter.kernel.session import KernelSession
-from lmsp_jupyter.kernel.tools import tool
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
-from tests.kernel.fakes import ScriptedClient, Turn
+from tests.kernel.fakes import ScriptedClient, Turn, note_call, note_tool
 
 
 class Shell:
@@ -142,16 +141,10 @@ def test_continue_sends_the_previous_response_id(make_shell: Any) -> None:
 def test_terminal_asks_before_running_a_tool(
     make_shell: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ran: list[str] = []
-
-    @tool
-    def note(text: str) -> str:
-        ran.append(text)
-        return "noted"
-
+    note, ran = note_tool()
     shell = make_shell(
-        Turn(calls=(("note", '{"text": "x"}'),)),
-        Turn(calls=(("note", '{"text": "y"}'),)),
+        note_call("x"),
+        note_call("y"),
         Turn(deltas=("done",)),
         replies=["y", "n"],
     )

@@ -14,9 +14,9 @@ from lmsp_jupyter.kernel.answer import Answer
 from lmsp_jupyter.kernel.batching import Batcher
 from lmsp_jupyter.kernel.display import TASK_MIME, WIDGET_MIME
 from lmsp_jupyter.kernel.notebook import NotebookView
-from lmsp_jupyter.kernel.tools import tool
 from lmsp_jupyter.kernel.widget import AnswerWidget
-from tests.kernel.fakes import ScriptedClient, Turn
+from tests.helpers import eventually
+from tests.kernel.fakes import ScriptedClient, Turn, note_call, note_tool
 
 
 class Recorder:
@@ -85,7 +85,7 @@ def test_a_burst_is_sent_by_the_timer_without_a_later_event() -> None:
     for item in range(5):
         batcher.add(item)
     assert sent == [[0]]
-    time.sleep(0.1)
+    eventually(lambda: len(sent) == 2, what="the timer's batch")
     assert sent == [[0], [1, 2, 3, 4]]
 
 
@@ -113,9 +113,7 @@ def test_the_display_is_sent_at_round_start_and_end_never_per_token(recorder: Re
 def test_sync_answers_with_exactly_the_events_after_after(recorder: Recorder) -> None:
     hold = threading.Event()
     answer, view = shown(ScriptedClient([Turn(deltas=("a", "b", "c"), hold=hold)]))
-    deadline = time.monotonic() + 5
-    while len(answer.events_after("task_1", 0)) < 6 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: len(answer.events_after("task_1", 0)) >= 6, what="six events")
     recorder.messages.clear()
     click(view.widget, {"type": "sync", "task_id": "task_1", "after": 3})
     (reply,) = [m for _, m in recorder.messages]
@@ -142,16 +140,8 @@ def test_sync_answers_with_exactly_the_events_after_after(recorder: Recorder) ->
 
 
 def test_stop_and_decide_clicks_reach_the_ask(recorder: Recorder) -> None:
-    ran: list[str] = []
-
-    @tool
-    def note(text: str) -> str:
-        ran.append(text)
-        return "noted"
-
-    client = ScriptedClient(
-        [Turn(calls=(("note", '{"text": "x"}'),)), Turn(deltas=("ok",), hold=threading.Event())]
-    )
+    note, ran = note_tool()
+    client = ScriptedClient([note_call("x"), Turn(deltas=("ok",), hold=threading.Event())])
     answer, view = shown(client, tools={"note": note})
     answer.wait(5)
     click(view.widget, {"type": "decide", "call_id": "call_1_0", "decision": "approve"})

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MODEL, LiveServer
-from tests.helpers import JS_CLIENTS, install_js_clients, node_env
+from tests.helpers import JS_CLIENTS, install_js_clients, message_events, node_env
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +50,7 @@ def test_openai_js_create(results: dict[str, Any]) -> None:
 def test_openai_js_stream_events_are_typed_and_numbered(results: dict[str, Any]) -> None:
     events = results["stream"]
     assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
-    assert [e["type"] for e in events[:4]] == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-    ]
+    assert [e["type"] for e in events[:4]] == message_events(0)[:4]
     assert events[-1]["type"] == "response.incomplete"
 
 

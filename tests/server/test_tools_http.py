@@ -12,19 +12,9 @@ import httpx
 import jsonschema
 
 from tests.conftest import MODEL
+from tests.helpers import WEATHER
 from tests.server.helpers import assert_problem, stream
 
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The current weather of a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 20}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {

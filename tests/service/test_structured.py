@@ -30,21 +30,11 @@ from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.responses import Response
 from lmsp_jupyter.service.responses import ResponseService
 from tests.conftest import MODEL
+from tests.helpers import WEATHER, message_events
 from tests.service.helpers import THREADS, service_of
 
 QUESTION = "What is the weather in Paris?"
 
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The current weather of a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 20}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 TIME: dict[str, Any] = {
     "type": "function",
     "name": "get_time",
@@ -465,17 +455,7 @@ async def test_json_schema_stream_is_created_added_text_deltas_done_completed(
     events = await stream(service, body(max_output_tokens=80, response_format=json_format(schema)))
     count = len(events) - 8
     assert count >= 1
-    assert [e.event for e in events] == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        *["response.output_text.delta"] * count,
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "response.completed",
-    ]
+    assert [e.event for e in events] == message_events(count)
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     added, done = events[2].data, events[-2].data
     assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
