@@ -3,11 +3,13 @@ the scripted double), and the names of the events a stream is made of."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
 from lmsp_jupyter.service.models import ModelDirectory
@@ -30,6 +32,17 @@ START = [CREATED, IN_PROGRESS]
 #: A message's opening events, and its closing ones, its item's done last.
 MESSAGE_OPEN = [ADDED, PART_ADDED]
 MESSAGE_DONE = ["response.output_text.done", "response.content_part.done", DONE]
+
+
+@contextlib.contextmanager
+def real_engine(context_size: int) -> Iterator[Engine]:
+    """The real engine with a ``context_size`` window (the model loads on first use); closed
+    after."""
+    engine = Engine(EngineSettings(context_size=context_size, threads=THREADS))
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 def request(**fields: Any) -> ResponseRequest:

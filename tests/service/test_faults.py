@@ -200,44 +200,50 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
 # --- the store itself -----------------------------------------------------------------------------
 
 
-def append_one(records: TaskRecords, task_id: str, event_id: int) -> None:
-    records.append(task_id, StoredEvent(event_id, "response.created", "{}"))
-
-
-def new_task(records: TaskRecords, task_id: str) -> None:
+def one_task(store: Store, events: int = 0) -> TaskRecords:
+    """The task records of ``store``, with one task, ``t``, and its first ``events`` events."""
+    records = TaskRecords(store)
     records.insert(
-        task_id=task_id, owner="o", model="m", response_id="r", request="{}", at=1, metadata={}
+        task_id="t", owner="o", model="m", response_id="r", request="{}", at=1, metadata={}
     )
+    for event_id in range(1, events + 1):
+        append_one(records, event_id)
+    return records
+
+
+def append_one(records: TaskRecords, event_id: int) -> None:
+    records.append("t", StoredEvent(event_id, "response.created", "{}"))
+
+
+def event_ids(records: TaskRecords) -> list[int]:
+    return [e.id for e in records.events_after("t", 0)]
 
 
 def test_a_commit_refused_by_a_full_disk_rolls_back_and_the_store_recovers(
     tmp_path: Path,
 ) -> None:
     store = FaultyStore(tmp_path / "s.db")
-    records = TaskRecords(store)
-    new_task(records, "t")
-    append_one(records, "t", 1)
+    records = one_task(store, events=1)
     store.fault, store.on = sqlite3.OperationalError("database or disk is full"), ("COMMIT",)
     with pytest.raises(sqlite3.OperationalError) as info:
-        append_one(records, "t", 2)
+        append_one(records, 2)
     problem = store_problem(info.value)
     assert problem is not None and (problem.code, problem.status) == ("internal_error", 500)
     store.fault = None
-    assert [e.id for e in records.events_after("t", 0)] == [1]  # nothing half-written
-    append_one(records, "t", 2)
-    assert [e.id for e in records.events_after("t", 0)] == [1, 2]
+    assert event_ids(records) == [1]  # nothing half-written
+    append_one(records, 2)
+    assert event_ids(records) == [1, 2]
     assert integrity(store.path) == "ok"
 
 
 def test_a_locked_database_is_503_overloaded_and_the_store_recovers(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db", busy_timeout=0.05)
-    records = TaskRecords(store)
-    new_task(records, "t")
+    records = one_task(store)
     other = sqlite3.connect(store.path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     try:
         with pytest.raises(sqlite3.OperationalError) as info:
-            append_one(records, "t", 1)
+            append_one(records, 1)
     finally:
         other.execute("ROLLBACK")
         other.close()
@@ -245,8 +251,8 @@ def test_a_locked_database_is_503_overloaded_and_the_store_recovers(tmp_path: Pa
     assert problem is not None
     assert (problem.code, problem.status) == ("overloaded", 503)
     assert problem.retry_after == 5
-    append_one(records, "t", 1)
-    assert [e.id for e in records.events_after("t", 0)] == [1]
+    append_one(records, 1)
+    assert event_ids(records) == [1]
 
 
 @pytest.fixture
@@ -278,9 +284,7 @@ def test_a_full_disk_fails_writes_and_the_store_recovers_when_space_returns(
     tiny_filesystem: Path,
 ) -> None:
     store = Store(tiny_filesystem / "s.db")
-    records = TaskRecords(store)
-    new_task(records, "t")
-    append_one(records, "t", 1)
+    records = one_task(store, events=1)
     filler = fill(tiny_filesystem)
     failures = 0
     for event_id in range(2, 200):  # until a page must grow the file
@@ -292,10 +296,10 @@ def test_a_full_disk_fails_writes_and_the_store_recovers_when_space_returns(
             failures += 1
             break
     assert failures == 1
-    kept = [e.id for e in records.events_after("t", 0)]
+    kept = event_ids(records)
     filler.unlink()
-    append_one(records, "t", kept[-1] + 1)
-    assert [e.id for e in records.events_after("t", 0)] == [*kept, kept[-1] + 1]
+    append_one(records, kept[-1] + 1)
+    assert event_ids(records) == [*kept, kept[-1] + 1]
     assert integrity(store.path) == "ok"
 
 
@@ -303,20 +307,18 @@ def test_a_read_only_file_system_fails_writes_and_the_store_recovers(
     tiny_filesystem: Path,
 ) -> None:
     store = Store(tiny_filesystem / "s.db")
-    records = TaskRecords(store)
-    new_task(records, "t")
-    append_one(records, "t", 1)
+    records = one_task(store, events=1)
     store.close()  # a file open for writing keeps the mount from turning read-only
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_filesystem)], check=True)
     try:
         with pytest.raises(sqlite3.Error) as info:
-            append_one(records, "t", 2)
+            append_one(records, 2)
         problem = store_problem(info.value)
         assert problem is not None and problem.status in (500, 503)
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(tiny_filesystem)], check=True)
-    append_one(records, "t", 2)
-    assert [e.id for e in records.events_after("t", 0)] == [1, 2]
+    append_one(records, 2)
+    assert event_ids(records) == [1, 2]
     assert integrity(store.path) == "ok"
 
 

@@ -13,7 +13,7 @@ import pytest
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, Prompt
 from lmsp_jupyter.engine.llama import LlamaTokenizer
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, fallback_template
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.events import (
@@ -38,8 +38,8 @@ from tests.service.helpers import (
     MESSAGE_DONE,
     PART_ADDED,
     START,
-    THREADS,
     names,
+    real_engine,
     request,
     service_of,
 )
@@ -79,23 +79,10 @@ async def refusal(service: ResponseService, req: ResponseRequest) -> LmspError:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    engine = Engine(EngineSettings(context_size=512, threads=THREADS))
-    yield engine
-    engine.close()
-
-
-@pytest.fixture(scope="module")
-def service(engine: Engine) -> ResponseService:
-    return service_of(engine)
-
-
-@pytest.fixture(scope="module")
 def small_engine() -> Iterator[Engine]:
     """An engine whose context window is 64 tokens (only its tokenizer is ever loaded)."""
-    engine = Engine(EngineSettings(context_size=64, threads=THREADS))
-    yield engine
-    engine.close()
+    with real_engine(64) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,13 @@ array by ``maxItems`` and most numbers by bounds, so the JSON closes well before
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
 import pytest
 
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.events import (
     FunctionCallArgumentsDelta,
@@ -31,7 +30,6 @@ from lmsp_jupyter.protocol.responses import Response
 from lmsp_jupyter.service.responses import ResponseService
 from tests.conftest import MODEL
 from tests.helpers import WEATHER, message_events
-from tests.service.helpers import THREADS, service_of
 
 QUESTION = "What is the weather in Paris?"
 
@@ -268,15 +266,8 @@ def assert_valid_call(call: OutputFunctionCall, names: Sequence[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    engine = Engine(EngineSettings(context_size=1024, threads=THREADS))
-    yield engine
-    engine.close()
-
-
-@pytest.fixture(scope="module")
-def service(engine: Engine) -> ResponseService:
-    return service_of(engine)
+def context_size() -> int:
+    return 1024
 
 
 # --- response_format: json_schema --------------------------------------------------------------

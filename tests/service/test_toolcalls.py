@@ -110,11 +110,6 @@ TEXT_AROUND: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("text", TEXT_AROUND.values(), ids=TEXT_AROUND.keys())
-def test_text_around_a_call_is_not_a_call(text: str) -> None:
-    assert parse_calls(text, TOOLS) is None
-
-
 INVALID_ARGUMENTS: dict[str, str] = {
     "missing_required": '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
     "wrong_type": '<tool_call>{"name": "get_weather", "arguments": {"city": 1}}</tool_call>',
@@ -134,11 +129,6 @@ INVALID_ARGUMENTS: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("text", INVALID_ARGUMENTS.values(), ids=INVALID_ARGUMENTS.keys())
-def test_a_call_with_invalid_arguments_is_not_a_call(text: str) -> None:
-    assert parse_calls(text, TOOLS) is None
-
-
 UNKNOWN_NAME: dict[str, str] = {
     "hermes": '<tool_call>{"name": "get_news", "arguments": {"city": "Paris"}}</tool_call>',
     "mistral_args": '[TOOL_CALLS]get_news[ARGS]{"city": "Paris"}',
@@ -148,19 +138,33 @@ UNKNOWN_NAME: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("text", UNKNOWN_NAME.values(), ids=UNKNOWN_NAME.keys())
-def test_a_call_of_an_unknown_name_is_not_a_call(text: str) -> None:
+EMPTY: dict[str, str] = {
+    "empty": "",
+    "blank": "   ",
+    "empty_hermes": "<tool_call></tool_call>",
+    "empty_mistral": "[TOOL_CALLS][]",
+}
+#: Text around a call, a call with invalid arguments, a call of an unknown name, no call at all.
+NOT_CALLS = {
+    f"{table}-{case}": text
+    for table, cases in [
+        ("text_around", TEXT_AROUND),
+        ("invalid_arguments", INVALID_ARGUMENTS),
+        ("unknown_name", UNKNOWN_NAME),
+        ("empty", EMPTY),
+    ]
+    for case, text in cases.items()
+}
+
+
+@pytest.mark.parametrize("text", NOT_CALLS.values(), ids=NOT_CALLS.keys())
+def test_text_that_is_not_a_valid_call_of_a_given_tool_is_not_a_call(text: str) -> None:
     assert parse_calls(text, TOOLS) is None
 
 
 def test_no_tools_means_no_call() -> None:
     text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     assert parse_calls(text, []) is None
-
-
-@pytest.mark.parametrize("text", ["", "   ", "<tool_call></tool_call>", "[TOOL_CALLS][]"])
-def test_empty_answers_are_not_calls(text: str) -> None:
-    assert parse_calls(text, TOOLS) is None
 
 
 # --- calls rendered by chat templates ----------------------------------------------------------
