@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
+from tests.helpers import eventually
 
 if TYPE_CHECKING:
     from tests.fresh_install import FreshInstall
@@ -106,19 +107,32 @@ def start_server(
         process=process,
         root_dir=str(tmp / "root"),
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         if process.poll() is not None:
             raise RuntimeError((tmp / "server.log").read_text())
-        try:
-            with server.client() as client:
-                if client.get("").status_code == 200:
-                    return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("the server did not start in 90 s")
+        with contextlib.suppress(httpx.TransportError), server.client() as client:
+            return client.get("").status_code == 200
+        return False
+
+    try:
+        eventually(answers, within=90, interval=0.2, what="the server answering")
+    except AssertionError:
+        process.kill()
+        raise
+    return server
+
+
+@contextlib.contextmanager
+def running_server(
+    tmp: Path, *extra: str, config: Mapping[str, object] | None = None
+) -> Iterator[LiveServer]:
+    """:func:`start_server` with ``jupyter server``, stopped after the block."""
+    server = start_server(tmp, *extra, config=config)
+    try:
+        yield server
+    finally:
+        stop_server(server)
 
 
 def stop_server(server: LiveServer) -> None:
@@ -141,9 +155,8 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     # The line holds the load test's 200 connections (tests/server/test_load.py) instead of
     # refusing those beyond 64 with 503 overloaded.
     config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL, "max_queued_tasks": 256}}
-    server = start_server(tmp_path_factory.mktemp("live"), config=config)
-    yield server
-    stop_server(server)
+    with running_server(tmp_path_factory.mktemp("live"), config=config) as server:
+        yield server
 
 
 @pytest.fixture

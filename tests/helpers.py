@@ -92,7 +92,7 @@ class _Deadline:
 def eventually(
     probe: Callable[[], T | None],
     *,
-    within: float = 60.0,
+    within: float = 120.0,
     interval: float = 0.05,
     what: str | Callable[[], str] = "the condition",
 ) -> T:
@@ -113,7 +113,7 @@ def eventually(
 async def eventually_async(
     probe: Callable[[], Awaitable[T | None]],
     *,
-    within: float = 60.0,
+    within: float = 120.0,
     interval: float = 0.05,
     what: str | Callable[[], str] = "the condition",
 ) -> T:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
-from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.conftest import MODEL, LiveServer, running_server
 from tests.server.helpers import assert_problem
 
 ALLOWED = "http://tool.example"
@@ -22,11 +22,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A server that allows one other origin."""
     tmp: Path = tmp_path_factory.mktemp("cors")
     tokens = [{"sha256": hash_token(CONFIGURED_TOKEN), "scopes": sorted(JUPYTER_SCOPES)}]
-    started = start_server(
+    with running_server(
         tmp, f"--ServerApp.allow_origin={ALLOWED}", config={"LmspApp": {"tokens": tokens}}
-    )
-    yield started
-    stop_server(started)
+    ) as started:
+        yield started
 
 
 def preflight(server: LiveServer, origin: str, path: str = "/responses") -> httpx.Response:
@@ -71,9 +70,8 @@ def test_without_a_token_the_allowed_origin_is_still_unauthorized(server: LiveSe
 @pytest.fixture(scope="module")
 def no_cors_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A server that allows no other origin (Jupyter's default)."""
-    started = start_server(tmp_path_factory.mktemp("no-cors"))
-    yield started
-    stop_server(started)
+    with running_server(tmp_path_factory.mktemp("no-cors")) as started:
+        yield started
 
 
 @pytest.mark.parametrize("which", ["allow_origin", "default"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.conftest import MODEL, LiveServer, running_server, start_server, stop_server
 from tests.helpers import eventually
 from tests.server.helpers import assert_problem, events, start, wait_for_events
 
@@ -25,9 +25,8 @@ def short_retention(tmp_path: Path) -> Iterator[LiveServer]:
             "parallel": 1,
         }
     }
-    server = start_server(tmp_path, config=config)
-    yield server
-    stop_server(server)
+    with running_server(tmp_path, config=config) as server:
+        yield server
 
 
 def until_not_ok(client: httpx.Client, path: str) -> httpx.Response:

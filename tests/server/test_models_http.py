@@ -11,7 +11,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.manager import RETRY_AFTER_SECONDS
 from lmsp_jupyter.engine.memory import footprint, resident_bytes
 from lmsp_jupyter.server.auth import hash_token
-from tests.conftest import LiveServer, start_server, stop_server
+from tests.conftest import LiveServer, running_server, start_server, stop_server
+from tests.helpers import eventually
 from tests.server.helpers import assert_problem
 
 COPY = "gemma-copy"
@@ -66,13 +67,12 @@ def server(
             "memory_budget_bytes": int(1.5 * model_footprint()),
         },
     }
-    live = start_server(
+    with running_server(
         tmp_path_factory.mktemp("models-server"),
         f"--LmspApp.model_dirs={json.dumps([str(d) for d in dirs])}",
         config=config,
-    )
-    yield live
-    stop_server(live)
+    ) as live:
+        yield live
 
 
 @pytest.fixture
@@ -81,21 +81,12 @@ def client(server: LiveServer) -> Iterator[httpx.Client]:
         yield http
     with server.client() as http:  # every test starts with nothing loaded
         for model_id in (BUNDLED, COPY):
-            until(partial(unloaded, http, model_id), "unload")
+            eventually(partial(unloaded, http, model_id), what="unload")
 
 
 def unloaded(http: httpx.Client, model_id: str) -> bool:
     """Unload a model; ``False`` while it is in use."""
     return http.post(f"/models/{model_id}/unload").status_code == 200
-
-
-def until(check: Callable[[], object], what: str, limit: float = 120) -> None:
-    """Poll ``check`` until true (a bound for a broken build, not a timing claim)."""
-    deadline = time.monotonic() + limit
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {limit} s")
-        time.sleep(0.05)
 
 
 def model(client: httpx.Client, model_id: str) -> dict[str, Any]:
@@ -200,7 +191,7 @@ def test_load_shows_loading_then_loaded_and_unload_makes_it_available(
             seen.append(status)
         return status == "loaded"
 
-    until(watch, "the copy loaded")
+    eventually(watch, what="the copy loaded")
     loader.join()
     assert seen[-2:] == ["loading", "loaded"]
     assert loaded[0].status_code == 200, loaded[0].text
@@ -249,7 +240,10 @@ def test_a_model_in_use_is_not_unloaded_and_another_gets_503_until_it_is_idle(
         streaming.close()
 
     # The stream is gone, so the bundled model is idle: it makes room (least recently used).
-    until(lambda: client.post("/responses", json=ask(COPY)).status_code == 200, "the copy answers")
+    eventually(
+        lambda: client.post("/responses", json=ask(COPY)).status_code == 200,
+        what="the copy answers",
+    )
     assert model(client, COPY)["status"] == "loaded"
     assert model(client, BUNDLED_MODEL_ID)["status"] == "available"
 
@@ -279,7 +273,7 @@ def test_an_idle_model_is_unloaded_after_the_requests_keep_alive_and_memory_retu
     assert state["status"] == "loaded"
     assert 0 < state["expires_at"] - time.time() <= 3
 
-    until(lambda: model(client, COPY)["status"] == "available", "the idle unload")
+    eventually(lambda: model(client, COPY)["status"] == "available", what="the idle unload")
     assert loaded - resident_bytes(server.process.pid) >= weights
 
 

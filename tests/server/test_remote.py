@@ -20,7 +20,7 @@ import pytest
 
 from lmsp_jupyter.client import LmspClient
 from lmsp_jupyter.engine.catalog import DEFAULT_CONTEXT_LENGTH
-from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.conftest import MODEL, LiveServer, running_server
 from tests.helpers import eventually, message_events
 from tests.proxy import LoopbackProxy, Marker, Request
 from tests.server.helpers import Event, assert_problem, parse_sse
@@ -75,11 +75,9 @@ def lmsp(
 ) -> Iterator[LiveServer]:
     """A Jupyter server with the extension, offering the remote's models through the proxy."""
     servers = [{"name": "remote", "url": f"http://127.0.0.1:{upstream.port}/v1"}]
-    server = start_server(
-        tmp_path_factory.mktemp("lmsp"), config={"LmspApp": {"remote_servers": servers}}
-    )
-    yield server
-    stop_server(server)
+    config = {"LmspApp": {"remote_servers": servers}}
+    with running_server(tmp_path_factory.mktemp("lmsp"), config=config) as server:
+        yield server
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, start_server, stop_server
+from tests.conftest import LiveServer, running_server
 from tests.server.helpers import assert_problem, parse_sse
 
 MODEL = "scripted/thinker"
@@ -104,11 +104,9 @@ def lmsp(
         "url": f"http://127.0.0.1:{scripted.server_address[1]}/v1",
         "capabilities": ["streaming", "reasoning"],
     }
-    server = start_server(
-        tmp_path_factory.mktemp("lmsp"), config={"LmspApp": {"remote_servers": [remote]}}
-    )
-    yield server
-    stop_server(server)
+    config = {"LmspApp": {"remote_servers": [remote]}}
+    with running_server(tmp_path_factory.mktemp("lmsp"), config=config) as server:
+        yield server
 
 
 @pytest.fixture
