@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from traitlets import Dict, Enum, Float, Int, List, Unicode
+from traitlets import Dict, Enum, Float, Instance, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from lmsp_jupyter.engine.catalog import ModelEntry
@@ -38,6 +38,11 @@ class ScriptedEngine(LoggingConfigurable):
     delay = Float(0.0).tag(config=True)
     fail_after = Int(None, allow_none=True).tag(config=True)
     ending = Enum(["done", "bug", "silent"], default_value="done").tag(config=True)
+    render_error = Instance(
+        Exception,
+        allow_none=True,
+        help="Raised by render instead of rendering (a tokenizer that cannot load, a template).",
+    )
     context_size = Int(4096).tag(config=True)
     slots = Int(1).tag(config=True)
     then = List(
@@ -91,6 +96,8 @@ class ScriptedEngine(LoggingConfigurable):
         tools: Sequence[object] = (),
         schema: dict[str, Any] | None = None,
     ) -> Prompt:
+        if self.render_error is not None:
+            raise self.render_error
         self.prompts.append(messages)
         text = "\n".join(m.content for m in messages)
         return Prompt(text=text, tokens=list(range(len(text.split()) + 1)))

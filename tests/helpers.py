@@ -48,6 +48,20 @@ def message_events(deltas: int, final: str = "response.completed") -> list[str]:
     ]
 
 
+def call_events(deltas: int, final: str = "response.completed") -> list[str]:
+    """The event names of a stream that answers with one function call of ``deltas`` argument
+    deltas (11.4)."""
+    return [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        *["response.function_call_arguments.delta"] * deltas,
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        final,
+    ]
+
+
 #: The repository's root.
 ROOT = Path(__file__).resolve().parent.parent
 #: OpenAI's JavaScript SDK and the AI SDK, installed from their lockfile.

@@ -7,11 +7,9 @@ side — and, for a killed process, on a live server with the real model.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sqlite3
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, start_server, stop_server
+from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, running_server, start_server
+from tests.helpers import eventually, eventually_async
 from tests.server import test_extension as in_process
 from tests.server.helpers import Event, assert_problem, parse_sse
 
@@ -50,12 +49,19 @@ def frames(text: str) -> list[str]:
 
 async def retry_until_free(client: httpx.AsyncClient, key: str) -> httpx.Response:
     """Retry while the first attempt is still being cut short (409), as a client would."""
-    for _ in range(200):
+
+    async def free() -> httpx.Response | None:
         response = await stream(client, key)
-        if response.status_code != 409:
-            return response
-        await asyncio.sleep(0.05)
-    raise AssertionError("the key stayed idempotency_in_progress")
+        return response if response.status_code != 409 else None
+
+    return await eventually_async(free, what="the key free of idempotency_in_progress")
+
+
+def assert_replayed(first: httpx.Response, again: httpx.Response) -> None:
+    """Both succeeded: the first was generated, the second replayed."""
+    assert first.status_code == again.status_code == 200
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
 
 
 # --- streams -----------------------------------------------------------------------------------
@@ -69,9 +75,7 @@ async def test_a_finished_stream_replays_as_the_same_stream(
     engine = scripted_engine(jp_serverapp)
     first = await stream(lmsp, "stream-replay")
     again = await stream(lmsp, "stream-replay")
-    assert first.status_code == again.status_code == 200
-    assert "idempotent-replayed" not in first.headers
-    assert again.headers["idempotent-replayed"] == "true"
+    assert_replayed(first, again)
     assert again.headers["cache-control"] == "no-cache"
     assert events_of(again) == events_of(first)
     assert events_of(first)[-1].event == "response.completed"
@@ -88,9 +92,7 @@ async def test_a_finished_chat_stream_replays_as_the_same_chunks(
     headers = {"Idempotency-Key": "chat-replay"}
     first = await lmsp.post("/chat/completions", json=body, headers=headers)
     again = await lmsp.post("/chat/completions", json=body, headers=headers)
-    assert first.status_code == again.status_code == 200
-    assert "idempotent-replayed" not in first.headers
-    assert again.headers["idempotent-replayed"] == "true"
+    assert_replayed(first, again)
     assert again.headers["content-type"].startswith("text/event-stream")
     assert frames(again.text) == frames(first.text)  # keep-alive comments aside
     assert first.text.endswith("data: [DONE]\n\n")
@@ -245,30 +247,27 @@ def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
                 client.post, "/responses", json={**body, "stream": True}, headers=keys["stream"]
             ),
         ]
-        while claimed_keys(store) != {"killed-sync", "killed-stream"}:
-            time.sleep(0.05)
+        eventually(
+            lambda: claimed_keys(store) == {"killed-sync", "killed-stream"}, what="both keys"
+        )
         server.process.send_signal(signal.SIGKILL)
         server.process.wait()
         for reply in replies:
             with pytest.raises(httpx.TransportError):
                 reply.result()
     assert claimed_keys(store) == {"killed-sync", "killed-stream"}
-    again = start_server(tmp_path / "second", config=config)
-    try:
-        with again.client() as client:
-            short = {**body, "max_output_tokens": 2}
-            response = client.post("/responses", json=short, headers=keys["sync"])
-            assert response.status_code == 200, response.text
-            assert "idempotent-replayed" not in response.headers
-            assert response.json()["status"] == "incomplete"
-            short["stream"] = True
-            response = client.post("/responses", json=short, headers=keys["stream"])
-            assert response.status_code == 200, response.text
-            assert "idempotent-replayed" not in response.headers
-            events, _ = parse_sse(response.text.splitlines())
-            assert events[-1].event == "response.incomplete"
-            replay = client.post("/responses", json=short, headers=keys["stream"])
-            assert replay.headers["idempotent-replayed"] == "true"
-            assert parse_sse(replay.text.splitlines())[0] == events
-    finally:
-        stop_server(again)
+    with running_server(tmp_path / "second", config=config) as again, again.client() as client:
+        short = {**body, "max_output_tokens": 2}
+        response = client.post("/responses", json=short, headers=keys["sync"])
+        assert response.status_code == 200, response.text
+        assert "idempotent-replayed" not in response.headers
+        assert response.json()["status"] == "incomplete"
+        short["stream"] = True
+        response = client.post("/responses", json=short, headers=keys["stream"])
+        assert response.status_code == 200, response.text
+        assert "idempotent-replayed" not in response.headers
+        events, _ = parse_sse(response.text.splitlines())
+        assert events[-1].event == "response.incomplete"
+        replay = client.post("/responses", json=short, headers=keys["stream"])
+        assert replay.headers["idempotent-replayed"] == "true"
+        assert parse_sse(replay.text.splitlines())[0] == events

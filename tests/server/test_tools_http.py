@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 
 from tests.conftest import MODEL
-from tests.helpers import WEATHER
+from tests.helpers import WEATHER, call_events
 from tests.server.helpers import assert_problem, stream
 
 SCHEMA: dict[str, Any] = {
@@ -65,15 +65,7 @@ def test_forced_call_over_sse_streams_argument_deltas_and_a_whole_call_item(
     assert response.headers["content-type"].startswith("text/event-stream")
     count = len(events) - 6
     assert count >= 1
-    assert [e.event for e in events] == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        *["response.function_call_arguments.delta"] * count,
-        "response.function_call_arguments.done",
-        "response.output_item.done",
-        "response.completed",
-    ]
+    assert [e.event for e in events] == call_events(count)
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     added, done = events[2].data, events[-2].data
     call = done["item"]

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
-from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, Prompt
+from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, fallback_template
@@ -494,24 +494,16 @@ async def test_cancel_mid_stream_keeps_the_text_so_far_then_response_cancelled()
 
 
 async def test_engine_error_while_rendering_is_generation_failed() -> None:
-    class Unloadable(ScriptedEngine):
-        async def render(
-            self, entry: ModelEntry, messages: Sequence[ChatMessage], *_: object
-        ) -> Prompt:
-            raise EngineError("the tokenizer of x.gguf could not be loaded")
-
-    error = await refusal(service_of(Unloadable()), request())
+    unloadable = ScriptedEngine(
+        render_error=EngineError("the tokenizer of x.gguf could not be loaded")
+    )
+    error = await refusal(service_of(unloadable), request())
     assert (error.code, error.status) == ("generation_failed", 500)
 
 
 async def test_template_refusing_the_conversation_is_invalid_request_naming_input() -> None:
-    class Refusing(ScriptedEngine):
-        async def render(
-            self, entry: ModelEntry, messages: Sequence[ChatMessage], *_: object
-        ) -> Prompt:
-            raise ChatTemplateError("Conversation roles must alternate")
-
-    error = await refusal(service_of(Refusing()), request())
+    refusing = ScriptedEngine(render_error=ChatTemplateError("Conversation roles must alternate"))
+    error = await refusal(service_of(refusing), request())
     assert (error.code, error.status, error.param, error.detail) == (
         "invalid_request",
         400,

@@ -29,7 +29,7 @@ from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.responses import Response
 from lmsp_jupyter.service.responses import ResponseService
 from tests.conftest import MODEL
-from tests.helpers import WEATHER, message_events
+from tests.helpers import WEATHER, call_events, message_events
 
 QUESTION = "What is the weather in Paris?"
 
@@ -465,15 +465,7 @@ async def test_forced_call_stream_is_created_added_argument_deltas_done_complete
     events = await stream(service, body(tools=[WEATHER, TIME], tool_choice="required"))
     count = len(events) - 6
     assert count >= 1
-    assert [e.event for e in events] == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        *["response.function_call_arguments.delta"] * count,
-        "response.function_call_arguments.done",
-        "response.output_item.done",
-        "response.completed",
-    ]
+    assert [e.event for e in events] == call_events(count)
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     added, done = events[2].data, events[-2].data
     assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
