@@ -48,6 +48,16 @@ def message_events(deltas: int, final: str = "response.completed") -> list[str]:
     ]
 
 
+def message_text(response: dict[str, Any]) -> str:
+    """The message text of a Response (JSON)."""
+    return "".join(
+        part["text"]
+        for item in response["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+    )
+
+
 def call_events(deltas: int, final: str = "response.completed") -> list[str]:
     """The event names of a stream that answers with one function call of ``deltas`` argument
     deltas (11.4)."""

@@ -21,7 +21,7 @@ import pytest
 from lmsp_jupyter.client import LmspClient
 from lmsp_jupyter.engine.catalog import DEFAULT_CONTEXT_LENGTH
 from tests.conftest import MODEL, LiveServer, running_server
-from tests.helpers import eventually, message_events
+from tests.helpers import eventually, message_events, message_text
 from tests.proxy import LoopbackProxy, Marker, Request
 from tests.server.helpers import Event, assert_problem, parse_sse
 from tests.server.remote_engines import ALIAS, CONTEXT, KINDS, OpenAIServer, require
@@ -70,20 +70,15 @@ def upstream(remote: OpenAIServer) -> Iterator[LoopbackProxy]:
 
 
 @pytest.fixture(scope="module")
-def lmsp(
+def live_server(
     remote: OpenAIServer, upstream: LoopbackProxy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
-    """A Jupyter server with the extension, offering the remote's models through the proxy."""
+    """A Jupyter server with the extension, offering the remote's models through the proxy (in
+    place of conftest's, so that its ``client`` fixture talks to this one)."""
     servers = [{"name": "remote", "url": f"http://127.0.0.1:{upstream.port}/v1"}]
     config = {"LmspApp": {"remote_servers": servers}}
     with running_server(tmp_path_factory.mktemp("lmsp"), config=config) as server:
         yield server
-
-
-@pytest.fixture
-def client(lmsp: LiveServer) -> Iterator[httpx.Client]:
-    with lmsp.client() as http:
-        yield http
 
 
 def ask(**fields: Any) -> dict[str, Any]:
@@ -101,15 +96,6 @@ def stream(client: httpx.Client, body: dict[str, Any]) -> list[Event]:
         assert response.status_code == 200, response.read()
         events, _ = parse_sse(response.iter_lines())
     return events
-
-
-def message_text(response: dict[str, Any]) -> str:
-    return "".join(
-        part["text"]
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
 
 
 def chat_requests(proxy: LoopbackProxy) -> list[Request]:
@@ -266,15 +252,16 @@ def test_a_prompt_longer_in_bytes_than_the_window_but_not_in_tokens_is_answered(
 # --- tasks ----------------------------------------------------------------------------------------
 
 
-def test_a_task_is_followed_and_resumed_after_a_cut(lmsp: LiveServer) -> None:
-    port = urlsplit(lmsp.lmsp).port
+def test_a_task_is_followed_and_resumed_after_a_cut(live_server: LiveServer) -> None:
+    port = urlsplit(live_server.lmsp).port
     assert port is not None
-    with LmspClient(lmsp.lmsp, lmsp.token) as direct:
+    with LmspClient(live_server.lmsp, live_server.token) as direct:
         task = direct.create_task(ask(max_output_tokens=16))
         with (
             LoopbackProxy(port, cut_at=Marker("/events", b"id: 3\n")) as cutting,
             LmspClient(
-                f"http://127.0.0.1:{cutting.port}{urlsplit(lmsp.lmsp).path}", lmsp.token
+                f"http://127.0.0.1:{cutting.port}{urlsplit(live_server.lmsp).path}",
+                live_server.token,
             ) as client,
         ):
             events = list(client.task_events(task.id))
@@ -308,11 +295,11 @@ def test_cancelling_a_task_closes_the_upstream_request(
 
 
 def test_a_client_leaving_a_stream_closes_the_upstream_request(
-    lmsp: LiveServer, upstream: LoopbackProxy
+    live_server: LiveServer, upstream: LoopbackProxy
 ) -> None:
     before = len(chat_requests(upstream))
     with (
-        lmsp.client() as client,
+        live_server.client() as client,
         client.stream("POST", "/responses", json=ask(max_output_tokens=1500, stream=True)) as r,
     ):
         for line in r.iter_lines():

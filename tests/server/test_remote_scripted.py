@@ -96,9 +96,11 @@ def scripted() -> Iterator[ScriptedServer]:
 
 
 @pytest.fixture(scope="module")
-def lmsp(
+def live_server(
     scripted: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
+    """A Jupyter server with the extension offering the scripted server's model (in place of
+    conftest's, so that its ``client`` fixture talks to this one)."""
     remote = {
         "name": "scripted",
         "url": f"http://127.0.0.1:{scripted.server_address[1]}/v1",
@@ -107,12 +109,6 @@ def lmsp(
     config = {"LmspApp": {"remote_servers": [remote]}}
     with running_server(tmp_path_factory.mktemp("lmsp"), config=config) as server:
         yield server
-
-
-@pytest.fixture
-def client(lmsp: LiveServer) -> Iterator[httpx.Client]:
-    with lmsp.client() as http:
-        yield http
 
 
 def chat_requests(scripted: ScriptedServer) -> list[dict[str, Any]]:

@@ -32,11 +32,9 @@ from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
 from lmsp_jupyter.service.responses import ResponseRun, ResponseService
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
+from tests.helpers import message_events
 from tests.service.helpers import (
-    ADDED,
     DELTA,
-    MESSAGE_DONE,
-    PART_ADDED,
     START,
     names,
     real_engine,
@@ -100,14 +98,7 @@ async def test_stream_is_created_added_deltas_done_then_one_final_event(
     events = await events_of(service, run)
     count = len(events) - 8
     assert count >= 1
-    assert names(events) == [
-        *START,
-        ADDED,
-        PART_ADDED,
-        *[DELTA] * count,
-        *MESSAGE_DONE,
-        "response.incomplete",
-    ]
+    assert names(events) == message_events(count, "response.incomplete")
     assert [event.is_final for event in events] == [False] * (len(events) - 1) + [True]
     assert sum(event.event in FINAL_EVENTS for event in events) == 1
 
@@ -386,15 +377,7 @@ async def test_scripted_generation_that_stops_ends_completed() -> None:
     service = service_of(engine)
     run = await service.start(request(input="a b c"))
     events = await events_of(service, run)
-    assert names(events) == [
-        *START,
-        ADDED,
-        PART_ADDED,
-        DELTA,
-        DELTA,
-        *MESSAGE_DONE,
-        "response.completed",
-    ]
+    assert names(events) == message_events(2)
     assert [e.data.delta for e in events if isinstance(e.data, OutputTextDelta)] == ["Hel", "lo"]
     assert done_text(events) == "Hello"
     usage = Usage(input_tokens=4, output_tokens=2, total_tokens=6)
@@ -414,15 +397,7 @@ async def test_failure_mid_stream_ends_with_one_response_failed_after_the_deltas
     service = service_of(ScriptedEngine(deltas=("Hel", "lo", "!"), fail_after=2))
     run = await service.start(request())
     events = await events_of(service, run)
-    assert names(events) == [
-        *START,
-        ADDED,
-        PART_ADDED,
-        DELTA,
-        DELTA,
-        *MESSAGE_DONE,
-        "response.failed",
-    ]
+    assert names(events) == message_events(2, "response.failed")
     assert deltas(events) == "Hello" == done_text(events)
     assert [event.id for event in events] == list(range(1, 11))
     assert sum(event.is_final for event in events) == 1
@@ -463,7 +438,7 @@ async def test_cancelled_token_gives_output_item_done_then_response_cancelled() 
     cancel = CancelToken()
     cancel.cancel()
     events = await events_of(service, run, cancel)
-    assert names(events) == [*START, ADDED, PART_ADDED, *MESSAGE_DONE, "response.cancelled"]
+    assert names(events) == message_events(0, "response.cancelled")
     assert done_text(events) == ""
     cancelled = events[-1].data.model_dump()
     assert (cancelled["response_id"], cancelled["status"]) == (run.id, "cancelled")
@@ -481,14 +456,7 @@ async def test_cancel_mid_stream_keeps_the_text_so_far_then_response_cancelled()
         events.append(event)
         if event.event == DELTA:
             cancel.cancel()
-    assert names(events) == [
-        *START,
-        ADDED,
-        PART_ADDED,
-        DELTA,
-        *MESSAGE_DONE,
-        "response.cancelled",
-    ]
+    assert names(events) == message_events(1, "response.cancelled")
     assert done_text(events) == "Hel"
     assert run.status == "cancelled"
 

@@ -221,16 +221,6 @@ def normalized(text: str) -> str:
     return " ".join(text.split())
 
 
-def message_text(response: dict[str, Any]) -> str:
-    """The message text of a Response (JSON)."""
-    return "".join(
-        part["text"]
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
-
-
 def server_task(lab: LiveServer, task: str) -> dict[str, Any]:
     """``GET /tasks/{id}``."""
     with lab.client() as client:

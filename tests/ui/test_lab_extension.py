@@ -16,11 +16,11 @@ from playwright.sync_api import Browser
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import LiveServer, stop_server
+from tests.helpers import message_text
 from tests.ui.lab import (
     FINAL_STATUSES,
     LOAD,
     STORY,
-    message_text,
     normalized,
     open_notebook,
     reopen_without_kernel,

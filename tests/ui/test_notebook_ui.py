@@ -14,12 +14,12 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.conftest import LiveServer, stop_server
+from tests.helpers import message_text
 from tests.ui.lab import (
     FINAL_STATUSES,
     LOAD,
     STORY,
     Notebook,
-    message_text,
     normalized,
     open_notebook,
     reopen,

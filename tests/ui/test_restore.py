@@ -17,13 +17,13 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.conftest import LiveServer, stop_server
+from tests.helpers import message_text
 from tests.ui.lab import (
     FINAL_STATUSES,
     LOAD,
     STORY,
     Notebook,
     jupyter_api,
-    message_text,
     normalized,
     open_notebook,
     reopen_without_kernel,
