@@ -54,19 +54,13 @@ from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 
 def command_line() -> argparse.ArgumentParser:
     """The command line."""
-    parser = benchmark_parser(__doc__, tokens=300, rounds=3, prompt=DEFAULT_PROMPT, server_log=True)
+    parser = benchmark_parser(
+        __doc__, tokens=300, rounds=3, prompt=DEFAULT_PROMPT, max_background=15, server_log=True
+    )
     add = parser.add_argument
     add("--events", type=int, default=10_000, help="events of the stored task (>= 5)")
     add("--replay-runs", type=int, default=5, help="timed reads of the stored task")
     add("--followers", type=int, default=100, help="concurrent followers of the live task")
-    add(
-        "--max-background",
-        type=float,
-        default=15.0,
-        metavar="PERCENT",
-        help="run a live run again when other processes took more than this share of the "
-        "machine's CPUs meanwhile (default: 15)",
-    )
     add("--retries", type=int, default=2, help="most re-runs of one live run (machine busy)")
     add(
         "--join-spread",

@@ -229,14 +229,8 @@ def print_targets(ratio: float, overhead: float) -> None:
 
 def command_line() -> argparse.ArgumentParser:
     """The command line."""
-    parser = benchmark_parser(__doc__, tokens=128, rounds=5, prompt=DEFAULT_PROMPT, server_log=True)
-    parser.add_argument(
-        "--max-background",
-        type=float,
-        default=5.0,
-        metavar="PERCENT",
-        help="re-run a round when other processes took more than this share "
-        "of the machine's CPU meanwhile (default: 5)",
+    parser = benchmark_parser(
+        __doc__, tokens=128, rounds=5, prompt=DEFAULT_PROMPT, max_background=5, server_log=True
     )
     parser.add_argument(
         "--no-prime",

@@ -21,7 +21,6 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from types import TracebackType
 
 _CHUNK = 64 * 1024
 
@@ -140,12 +139,7 @@ class LoopbackProxy:
             raise RuntimeError("the proxy failed to start") from self._error
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Close the listener and every connection, and end the thread."""
         if self._loop is not None and self._stopped is not None:
             with contextlib.suppress(RuntimeError):  # the loop already ended

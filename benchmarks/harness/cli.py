@@ -28,12 +28,13 @@ def benchmark_parser(
     tokens: int | None = None,
     rounds: int | None = None,
     prompt: str | None = None,
+    max_background: float | None = None,
     server_log: bool = False,
 ) -> argparse.ArgumentParser:
     """The command line of a benchmark described by ``doc`` (its module docstring, whose first
     paragraph is the description), with the options most benchmarks share: ``--tokens``,
-    ``--rounds`` and ``--prompt`` (with the defaults given; left out when None) and
-    ``--server-log``."""
+    ``--rounds``, ``--prompt`` and ``--max-background`` (with the defaults given; left out when
+    None) and ``--server-log``."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n", 1)[0])
     if tokens is not None:
         parser.add_argument(
@@ -43,6 +44,15 @@ def benchmark_parser(
         parser.add_argument("--rounds", type=int, default=rounds, help="measured rounds")
     if prompt is not None:
         parser.add_argument("--prompt", default=prompt, help="the user message")
+    if max_background is not None:
+        parser.add_argument(
+            "--max-background",
+            type=float,
+            default=max_background,
+            metavar="PERCENT",
+            help="measure again when other processes took more than this share of the "
+            f"machine's CPUs meanwhile (default: {max_background:g})",
+        )
     if server_log:
         parser.add_argument(
             "--server-log",
