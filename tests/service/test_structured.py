@@ -9,7 +9,7 @@ array by ``maxItems`` and most numbers by bounds, so the JSON closes well before
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonschema
@@ -238,6 +238,20 @@ async def stream(service: ResponseService, data: dict[str, Any]) -> list[Respons
     return [event async for event in service.events(run, CancelToken())]
 
 
+def added_and_done(
+    events: list[ResponseEvent], names: Callable[[int], list[str]]
+) -> tuple[OutputItemAdded, OutputItemDone]:
+    """Check that ``events`` are ``names(deltas)`` with at least one delta, numbered from 1;
+    return the data of the item's added and done events."""
+    deltas = len(events) - len(names(0))
+    assert deltas >= 1
+    assert [e.event for e in events] == names(deltas)
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    added, done = events[2].data, events[-2].data
+    assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
+    return added, done
+
+
 def calls(response: Response) -> list[OutputFunctionCall]:
     return [item for item in response.output if isinstance(item, OutputFunctionCall)]
 
@@ -444,12 +458,7 @@ async def test_json_schema_stream_is_created_added_text_deltas_done_completed(
 ) -> None:
     schema = SCHEMAS["nested_object_with_required_fields"]
     events = await stream(service, body(max_output_tokens=80, response_format=json_format(schema)))
-    count = len(events) - 8
-    assert count >= 1
-    assert [e.event for e in events] == message_events(count)
-    assert [e.id for e in events] == list(range(1, len(events) + 1))
-    added, done = events[2].data, events[-2].data
-    assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
+    added, done = added_and_done(events, message_events)
     assert isinstance(done.item, OutputMessage)
     assert done.item.id == added.item.id
     deltas = [e.data for e in events if isinstance(e.data, OutputTextDelta)]
@@ -463,12 +472,7 @@ async def test_forced_call_stream_is_created_added_argument_deltas_done_complete
     service: ResponseService,
 ) -> None:
     events = await stream(service, body(tools=[WEATHER, TIME], tool_choice="required"))
-    count = len(events) - 6
-    assert count >= 1
-    assert [e.event for e in events] == call_events(count)
-    assert [e.id for e in events] == list(range(1, len(events) + 1))
-    added, done = events[2].data, events[-2].data
-    assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
+    added, done = added_and_done(events, call_events)
     assert isinstance(added.item, OutputFunctionCall)
     assert added.item.arguments == ""
     call = done.item
