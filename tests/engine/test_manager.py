@@ -56,6 +56,13 @@ def manager(engine: Engine, **traits: object) -> ModelManager:
     return ModelManager(engine, log=logging.getLogger("lmsp-test-manager"), **traits)
 
 
+@pytest.fixture
+def room_for_one(engine: Engine, models: tuple[ModelEntry, ...]) -> ModelManager:
+    """A manager whose memory budget holds one of the models, each kept until it must go."""
+    budget = int(1.5 * engine.footprint(models[0]))
+    return manager(engine, keep_alive_seconds=-1, memory_budget_bytes=budget)
+
+
 async def wait_for(check: Callable[[], bool], what: str, limit: float = 120) -> None:
     """Poll ``check`` until true; fail saying ``what`` (a bound for a broken build, not a
     timing claim)."""
@@ -116,22 +123,20 @@ async def test_the_state_moves_from_loading_to_loaded_with_memory_and_expiry(
 
 
 async def test_the_least_recently_used_idle_model_is_unloaded_when_the_budget_holds_one(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: Engine, models: tuple[ModelEntry, ...], room_for_one: ModelManager
 ) -> None:
     first, second, _ = models
-    budget = int(1.5 * engine.footprint(first))
-    models_manager = manager(engine, keep_alive_seconds=-1, memory_budget_bytes=budget)
 
-    await models_manager.load(first)
-    await models_manager.load(second)
-    assert models_manager.state(first.id) is None
+    await room_for_one.load(first)
+    await room_for_one.load(second)
+    assert room_for_one.state(first.id) is None
     assert engine.is_loaded(first.id) is False
     assert engine.is_loaded(second.id)
 
-    await models_manager.load(first)
-    assert models_manager.state(second.id) is None
+    await room_for_one.load(first)
+    assert room_for_one.state(second.id) is None
     assert engine.is_loaded(first.id)
-    await models_manager.close()
+    await room_for_one.close()
     assert engine.is_loaded(first.id) is False
 
 
@@ -152,33 +157,31 @@ async def test_eviction_takes_the_least_recently_used_not_the_first_loaded(
 
 
 async def test_a_model_in_use_is_never_unloaded_and_the_other_gets_overloaded(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: Engine, models: tuple[ModelEntry, ...], room_for_one: ModelManager
 ) -> None:
     first, second, _ = models
-    budget = int(1.5 * engine.footprint(first))
-    models_manager = manager(engine, keep_alive_seconds=-1, memory_budget_bytes=budget)
 
-    async with models_manager.use(first):
+    async with room_for_one.use(first):
         with pytest.raises(LmspError) as refused:
-            models_manager.check(second)
+            room_for_one.check(second)
         assert refused.value.code == "overloaded"
         assert refused.value.retry_after == RETRY_AFTER_SECONDS
         detail = str(refused.value.detail)
         assert f"model '{second.id}' needs about {engine.footprint(second) / 1e6:,.0f} MB" in detail
         assert f"loaded: '{first.id}' ({engine.footprint(first) / 1e6:,.0f} MB, in use)" in detail
         with pytest.raises(LmspError) as also_refused:
-            async with models_manager.use(second):
+            async with room_for_one.use(second):
                 pass
         assert also_refused.value.code == "overloaded"
         with pytest.raises(LmspError) as busy:
-            await models_manager.unload(first.id)
+            await room_for_one.unload(first.id)
         assert busy.value.code == "model_busy"
         assert engine.is_loaded(first.id)
 
-    await models_manager.load(second)  # idle now: the first makes room
-    assert models_manager.state(first.id) is None
+    await room_for_one.load(second)  # idle now: the first makes room
+    assert room_for_one.state(first.id) is None
     assert engine.is_loaded(second.id)
-    await models_manager.close()
+    await room_for_one.close()
 
 
 async def test_a_model_bigger_than_the_budget_is_refused_before_anything_is_unloaded(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import pytest
 
@@ -39,56 +40,62 @@ def test_unknown_architecture_falls_back_to_chatml(architecture: str) -> None:
     assert fallback_template(architecture) == CHATML_TEMPLATE
 
 
-def test_gemma_template_renders_one_user_message() -> None:
-    assert gemma().render(HI) == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+Role = Literal["system", "user", "assistant", "tool"]
 
 
-def test_gemma_template_without_generation_prompt_ends_after_the_last_turn() -> None:
-    assert gemma().render(HI, add_generation_prompt=False) == (
-        "<bos><start_of_turn>user\nHi<end_of_turn>\n"
-    )
+def chat(*turns: tuple[Role, str]) -> list[ChatMessage]:
+    """Messages from ``(role, content)`` pairs."""
+    return [ChatMessage(role=role, content=content) for role, content in turns]
 
 
-def test_gemma_template_folds_the_system_message_into_the_first_user_turn() -> None:
-    messages = [
-        ChatMessage(role="system", content="Be brief."),
-        ChatMessage(role="user", content="Hi"),
-        ChatMessage(role="assistant", content="Hello."),
-        ChatMessage(role="user", content="Bye"),
-    ]
-    assert gemma().render(messages) == (
+#: name: (messages, add_generation_prompt, the Gemma template's rendering)
+GEMMA: dict[str, tuple[list[ChatMessage], bool, str]] = {
+    "one_user_message": (
+        HI,
+        True,
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+    ),
+    "without_generation_prompt_ends_after_the_last_turn": (
+        HI,
+        False,
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n",
+    ),
+    "folds_the_system_message_into_the_first_user_turn": (
+        chat(("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."), ("user", "Bye")),
+        True,
         "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
         "<start_of_turn>model\nHello.<end_of_turn>\n"
         "<start_of_turn>user\nBye<end_of_turn>\n"
-        "<start_of_turn>model\n"
-    )
-
-
-def test_gemma_template_names_the_assistant_model() -> None:
-    messages = [ChatMessage(role="user", content="Hi"), ChatMessage(role="assistant", content="Yo")]
-    assert gemma().render(messages, add_generation_prompt=False) == (
-        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n"
-    )
-
-
-def test_gemma_template_trims_message_content() -> None:
-    assert gemma().render([ChatMessage(role="user", content="  Hi \n")]) == (
-        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
-    )
-
-
-def test_gemma_template_renders_a_tool_output_as_a_user_turn() -> None:
-    messages = [
-        ChatMessage(role="user", content="Weather?"),
-        ChatMessage(role="assistant", content='get_weather({"city": "Paris"})'),
-        ChatMessage(role="tool", content="sunny"),
-    ]
-    assert gemma().render(messages) == (
+        "<start_of_turn>model\n",
+    ),
+    "names_the_assistant_model": (
+        chat(("user", "Hi"), ("assistant", "Yo")),
+        False,
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n",
+    ),
+    "trims_message_content": (
+        chat(("user", "  Hi \n")),
+        True,
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+    ),
+    "renders_a_tool_output_as_a_user_turn": (
+        chat(
+            ("user", "Weather?"),
+            ("assistant", 'get_weather({"city": "Paris"})'),
+            ("tool", "sunny"),
+        ),
+        True,
         "<bos><start_of_turn>user\nWeather?<end_of_turn>\n"
         '<start_of_turn>model\nget_weather({"city": "Paris"})<end_of_turn>\n'
         "<start_of_turn>user\nsunny<end_of_turn>\n"
-        "<start_of_turn>model\n"
-    )
+        "<start_of_turn>model\n",
+    ),
+}
+
+
+@pytest.mark.parametrize(("messages", "prompt", "rendered"), GEMMA.values(), ids=GEMMA.keys())
+def test_gemma_template(messages: list[ChatMessage], prompt: bool, rendered: str) -> None:
+    assert gemma().render(messages, add_generation_prompt=prompt) == rendered
 
 
 def test_chatml_template_renders_every_role_and_the_assistant_prompt() -> None:
