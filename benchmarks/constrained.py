@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ if not __package__:  # run as a file: python benchmarks/constrained.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
-from benchmarks.harness.figures import median
+from benchmarks.harness.figures import Sample, median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
@@ -57,21 +56,9 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class Run:
-    """One answer: output tokens and the seconds from its first text delta to its last."""
-
-    tokens: int
-    decode_s: float
-
-    @property
-    def rate(self) -> float:
-        """Decode-only tokens/s (the first token's wait is prompt evaluation)."""
-        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 else 0.0
-
-
-async def answer(service: ResponseService, tokens: int, schema: dict[str, Any] | None) -> Run:
-    """Generate one answer of at most ``tokens`` tokens, constrained by ``schema`` if given."""
+async def answer(service: ResponseService, tokens: int, schema: dict[str, Any] | None) -> Sample:
+    """Generate one answer of at most ``tokens`` tokens, constrained by ``schema`` if given;
+    its first and last token are its first and last text delta."""
     body: dict[str, Any] = {
         "model": BUNDLED_MODEL_ID,
         "input": PROMPT,
@@ -83,24 +70,25 @@ async def answer(service: ResponseService, tokens: int, schema: dict[str, Any] |
             "type": "json_schema",
             "json_schema": {"name": "animals", "schema": schema, "strict": True},
         }
+    start = time.perf_counter()
     run = await service.start(parse_response_request(body))
     times: list[float] = []
     async for event in service.events(run, CancelToken()):
         if isinstance(event.data, OutputTextDelta):
-            times.append(time.perf_counter())
-    assert run.usage is not None
-    return Run(run.usage.output_tokens, times[-1] - times[0] if len(times) > 1 else 0.0)
+            times.append(time.perf_counter() - start)
+    assert run.usage is not None and times
+    return Sample(run.usage.output_tokens, times[0], times[-1], time.perf_counter() - start)
 
 
-async def compare(tokens: int, rounds: int) -> tuple[list[Run], list[Run]]:
+async def compare(tokens: int, rounds: int) -> tuple[list[Sample], list[Sample]]:
     """``rounds`` alternating (free, constrained) pairs after one warm-up of each."""
     engine = Engine(EngineSettings())
     service = ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
     try:
         await answer(service, 8, None)
         await answer(service, 8, SCHEMA)
-        free: list[Run] = []
-        constrained: list[Run] = []
+        free: list[Sample] = []
+        constrained: list[Sample] = []
         for _ in range(rounds):
             free.append(await answer(service, tokens, None))
             constrained.append(await answer(service, tokens, SCHEMA))
@@ -112,8 +100,8 @@ async def compare(tokens: int, rounds: int) -> tuple[list[Run], list[Run]]:
 def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None:
     """Measure and print the constrained and unconstrained decode rates and their ratio."""
     free, constrained = asyncio.run(compare(args.tokens, args.rounds))
-    free_rate = median(free, lambda run: run.rate)
-    constrained_rate = median(constrained, lambda run: run.rate)
+    free_rate = median(free, lambda run: run.decode_tokens_per_s)
+    constrained_rate = median(constrained, lambda run: run.decode_tokens_per_s)
     print(f"model {BUNDLED_MODEL_ID}, {args.rounds} rounds of at most {args.tokens} tokens")
     print(f"unconstrained  {free_rate:8.1f} tok/s  (tokens: {[run.tokens for run in free]})")
     print(

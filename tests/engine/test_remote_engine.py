@@ -58,6 +58,20 @@ def engine(handler: Handler, **config: Any) -> RemoteEngine:
     return RemoteEngine(server, transport=httpx.MockTransport(handler))
 
 
+def one_model(rest: Handler, paths: list[str] | None = None) -> RemoteEngine:
+    """An engine on a server that lists one model, ``m``, and answers the other requests with
+    ``rest``; the path of each request is appended to ``paths``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if paths is not None:
+            paths.append(request.url.path)
+        if request.url.path == "/v1/models":
+            return listing({"id": "m"})
+        return rest(request)
+
+    return engine(handler)
+
+
 async def generate(remote: RemoteEngine, params: SamplingParams) -> list[GenerationEvent]:
     entry = remote.get("gpu/m")
     prompt = await remote.render(entry, [ChatMessage("user", "hi")])
@@ -263,8 +277,6 @@ def test_a_stream_without_usage_counts_its_prompt_by_the_same_request_cut_at_one
 
 def test_a_prompt_whose_usage_the_server_will_not_give_is_counted_as_before_sending() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/models":
-            return listing({"id": "m"})
         if request.url.path == "/tokenize":
             return httpx.Response(200, json={"count": 5})
         if request.url.path != "/v1/chat/completions":
@@ -273,7 +285,7 @@ def test_a_prompt_whose_usage_the_server_will_not_give_is_counted_as_before_send
             return sse(chunk({"content": "a"}, "stop"), "data: [DONE]\n\n")
         return httpx.Response(200, json={"choices": []})
 
-    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=8)))
+    events = asyncio.run(generate(one_model(handler), SamplingParams(max_tokens=8)))
     assert events[-1] == GenerationDone("stop", 5, 1)
 
 
@@ -315,9 +327,6 @@ def test_llama_server_counts_the_prompt_it_renders() -> None:
     paths: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        paths.append(request.url.path)
-        if request.url.path == "/v1/models":
-            return listing({"id": "m"})
         body = json.loads(request.content)
         if request.url.path == "/apply-template":
             assert body == {"messages": [{"role": "user", "content": "hi"}]}
@@ -326,7 +335,7 @@ def test_llama_server_counts_the_prompt_it_renders() -> None:
         assert body == {"content": "<user>hi<model>", "add_special": True, "parse_special": True}
         return httpx.Response(200, json={"tokens": [2, 5, 6, 7]})
 
-    remote = engine(handler)
+    remote = one_model(handler, paths)
     assert asyncio.run(count(remote)) == (4, True)
     assert asyncio.run(count(remote)) == (4, True)
     assert paths == ["/v1/models", "/apply-template", "/tokenize", "/apply-template", "/tokenize"]
@@ -336,16 +345,13 @@ def test_vllm_counts_the_messages_it_is_given() -> None:
     paths: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        paths.append(request.url.path)
-        if request.url.path == "/v1/models":
-            return listing({"id": "m"})
         if request.url.path != "/tokenize":
             return httpx.Response(404)
         body = json.loads(request.content)
         assert body["model"] == "m" and body["add_generation_prompt"] is True
         return httpx.Response(200, json={"count": 11, "tokens": [0] * 11})
 
-    remote = engine(handler)
+    remote = one_model(handler, paths)
     assert asyncio.run(count(remote)) == (11, True)
     assert asyncio.run(count(remote)) == (11, True)
     assert paths == ["/v1/models", "/apply-template", "/tokenize", "/tokenize"]
@@ -353,24 +359,17 @@ def test_vllm_counts_the_messages_it_is_given() -> None:
 
 def test_a_server_that_tokenizes_text_only_gives_an_estimate_that_errs_high() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/models":
-            return listing({"id": "m"})
         if request.url.path != "/extras/tokenize/count":
             return httpx.Response(404)
         assert json.loads(request.content) == {"model": "m", "input": "user\nhi"}
         return httpx.Response(200, json={"count": 4})
 
-    tokens, exact = asyncio.run(count(engine(handler)))
+    tokens, exact = asyncio.run(count(one_model(handler)))
     assert (tokens, exact) == (4 + TEMPLATE_TOKENS_PER_MESSAGE + TEMPLATE_TOKENS, False)
 
 
 def test_a_server_that_cannot_count_leaves_the_upper_bound() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/models":
-            return listing({"id": "m"})
-        return httpx.Response(404)
-
-    remote = engine(handler)
+    remote = one_model(lambda _: httpx.Response(404))
     entry = remote.get("gpu/m")
     prompt = asyncio.run(remote.render(entry, [ChatMessage("user", "hi")]))
     assert asyncio.run(count(remote)) == (prompt.bound, False)

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.harness.sse import aiter_events
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
 
 FINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
@@ -75,17 +76,9 @@ class Violation(AssertionError):
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[Received]:
-    """The whole events of a stream as they arrive (comments and ``retry`` skipped)."""
-    fields: dict[str, str] = {}
-    async for line in response.aiter_lines():
-        if line == "":
-            if "event" in fields:
-                event_id = int(fields["id"]) if "id" in fields else -1
-                yield Received(event_id, fields["event"], json.loads(fields["data"]))
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(": ")
-            fields[name] = value
+    """The whole events of a stream as they arrive, read with the client's own parser."""
+    async for event in aiter_events(response):
+        yield Received(int(event.id) if event.id else -1, event.event, json.loads(event.data))
 
 
 class CrashRun:
