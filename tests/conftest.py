@@ -62,6 +62,12 @@ class LiveServer:
         """The base of the LMSP endpoints."""
         return f"{self.root}lmsp/v1"
 
+    @property
+    def default_store(self) -> Path:
+        """Where the service keeps its SQLite store unless configured otherwise (its Jupyter
+        data directory, a sibling of its root directory)."""
+        return Path(self.root_dir).parent / "data" / "lmsp" / "lmsp.sqlite3"
+
     def client(self, *, token: str | None = None, **kwargs: object) -> httpx.Client:
         """An HTTP client sending ``token`` (default: the server's) as a Bearer token."""
         headers = {"Authorization": f"Bearer {token or self.token}"}

@@ -4,8 +4,10 @@ the SSE streams they receive, problem documents, and tasks followed over HTTP.""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -108,3 +110,9 @@ def wait_for_events(client: httpx.Client, task_id: str, count: int) -> dict[str,
         return task if task["last_event_id"] >= count else None
 
     return eventually(task_with_enough, what=f"task {task_id} with {count} events")
+
+
+def claimed_keys(store: Path) -> set[str]:
+    """The idempotency keys whose first attempt is running, as the store has them."""
+    with sqlite3.connect(store) as db:
+        return {row[0] for row in db.execute("SELECT key FROM idempotency WHERE status IS NULL")}

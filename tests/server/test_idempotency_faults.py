@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, running_server, start_server
 from tests.helpers import eventually, eventually_async
 from tests.server import test_extension as in_process
-from tests.server.helpers import Event, assert_problem, parse_sse
+from tests.server.helpers import Event, assert_problem, claimed_keys, parse_sse
 
 #: A server process of the test's own; a test marked ``script`` has a scripted engine.
 jp_server_config = in_process.jp_server_config
@@ -221,12 +220,6 @@ def test_a_key_is_scoped_to_its_token(live_server: LiveServer) -> None:
 
 
 # --- a killed process --------------------------------------------------------------------------
-
-
-def claimed_keys(store: Path) -> set[str]:
-    """The keys whose first attempt is running, as the store has them."""
-    with sqlite3.connect(store) as db:
-        return {row[0] for row in db.execute("SELECT key FROM idempotency WHERE status IS NULL")}
 
 
 def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(

@@ -12,10 +12,12 @@ import pytest
 
 from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
 from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, READER_TOKEN, LiveServer
+from tests.helpers import eventually
 from tests.server.helpers import (
     Event,
     ask,
     assert_problem,
+    claimed_keys,
     events,
     start,
     wait_for_events,
@@ -407,16 +409,21 @@ def test_key_while_the_first_sync_request_runs_is_idempotency_in_progress(
     live_server: LiveServer,
 ) -> None:
     headers = {"Idempotency-Key": "key-running-1"}
-    body = ask("Write a long story.", 300)
+    # Long enough to be running when the second request comes, which waits for its claim.
+    body = ask("Write a long story.", 64)
 
-    def post(delay: float) -> httpx.Response:
-        time.sleep(delay)
+    def post() -> httpx.Response:
         with live_server.client() as http:
             return http.post("/responses", json=body, headers=headers)
 
-    with ThreadPoolExecutor(2) as pool:
-        first, second = pool.map(post, [0, 1.0])
-    assert first.status_code == 200
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(post)
+        eventually(
+            lambda: "key-running-1" in claimed_keys(live_server.default_store),
+            what="the first request's key claimed",
+        )
+        second = post()
+    assert first.result().status_code == 200
     assert_problem(second, 409, "idempotency_in_progress")
 
 
