@@ -113,10 +113,6 @@ def test_chatml_template_renders_every_role_and_the_assistant_prompt() -> None:
     )
 
 
-def test_template_gets_bos_and_eos_tokens() -> None:
-    assert compiled("{{ bos_token }}|{{ eos_token }}").render(HI) == "<bos>|<eos>"
-
-
 # --- GGUF templates ----------------------------------------------------------------------------
 
 
@@ -194,18 +190,26 @@ def test_tojson_outputs_plain_json_without_html_escaping() -> None:
     assert json.loads(rendered) == {"a": "<b>&\"é'", "n": [1, 2.5, None, True]}
 
 
-def test_tojson_indent_is_honoured() -> None:
-    assert compiled("{{ [1] | tojson(indent=2) }}").render(HI) == "[\n  1\n]"
-
-
-def test_messages_are_plain_mappings_with_role_and_content() -> None:
-    assert compiled("{{ messages | tojson }}").render(HI) == '[{"role": "user", "content": "Hi"}]'
-
-
-def test_loop_controls_are_available() -> None:
-    source = (
+#: name: (a template's source, the messages, its rendering)
+RENDERINGS: dict[str, tuple[str, list[ChatMessage], str]] = {
+    "bos_and_eos_tokens": ("{{ bos_token }}|{{ eos_token }}", HI, "<bos>|<eos>"),
+    "tojson_indent_is_honoured": ("{{ [1] | tojson(indent=2) }}", HI, "[\n  1\n]"),
+    "messages_are_plain_mappings_with_role_and_content": (
+        "{{ messages | tojson }}",
+        HI,
+        '[{"role": "user", "content": "Hi"}]',
+    ),
+    "loop_controls_are_available": (
         "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
-        "{{ m.content }}{% endfor %}"
-    )
-    messages = [ChatMessage(role="user", content="a"), ChatMessage(role="assistant", content="b")]
-    assert compiled(source).render(messages) == "a"
+        "{{ m.content }}{% endfor %}",
+        chat(("user", "a"), ("assistant", "b")),
+        "a",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("source", "messages", "rendered"), RENDERINGS.values(), ids=RENDERINGS.keys()
+)
+def test_a_gguf_template_renders(source: str, messages: list[ChatMessage], rendered: str) -> None:
+    assert compiled(source).render(messages) == rendered
