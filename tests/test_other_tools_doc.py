@@ -13,16 +13,19 @@ import subprocess
 
 import pytest
 
+from benchmarks.harness.sse import parse_events
 from tests.conftest import READER_TOKEN, LiveServer
 from tests.docs_blocks import code_blocks, run_block
 from tests.helpers import JS_CLIENTS, ROOT, install_js_clients
 
 PAGE = (ROOT / "docs" / "other-tools.md").read_text()
+#: What each block printed, by language, in page order.
+Outputs = dict[str, list[subprocess.CompletedProcess[str]]]
 FINAL = r"response\.(completed|incomplete|failed|cancelled)"
 
 
 @pytest.fixture(scope="module")
-def outputs(live_server: LiveServer) -> dict[str, list[subprocess.CompletedProcess[str]]]:
+def outputs(live_server: LiveServer) -> Outputs:
     """Every runnable block's result, by language, in page order."""
     env = {
         **os.environ,
@@ -43,16 +46,12 @@ def outputs(live_server: LiveServer) -> dict[str, list[subprocess.CompletedProce
 
 
 def sse_events(text: str) -> list[tuple[int, str, dict[str, object]]]:
-    """``(id, event, data)`` of each event in a server-sent event stream."""
-    return [
-        (int(number), name, json.loads(data))
-        for number, name, data in re.findall(r"^id: (\d+)\nevent: (\S+)\ndata: (.*)$", text, re.M)
-    ]
+    """``(id, event, data)`` of each event in a server-sent event stream, read with the
+    client's parser."""
+    return [(int(e.id), e.event, json.loads(e.data)) for e in parse_events(text.encode())]
 
 
-def test_the_page_has_the_blocks_these_tests_check(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_the_page_has_the_blocks_these_tests_check(outputs: Outputs) -> None:
     assert {language: len(runs) for language, runs in outputs.items()} == {
         "bash": 8,
         "python": 4,
@@ -60,15 +59,11 @@ def test_the_page_has_the_blocks_these_tests_check(
     }
 
 
-def test_no_token_is_401_and_the_jupyter_token_is_200(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_no_token_is_401_and_the_jupyter_token_is_200(outputs: Outputs) -> None:
     assert outputs["bash"][0].stdout == "401\n200\n"
 
 
-def test_a_reader_token_lists_models_but_may_not_ask(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_a_reader_token_lists_models_but_may_not_ask(outputs: Outputs) -> None:
     status, problem = outputs["bash"][1].stdout.split("\n", 1)
     assert status == "200"
     assert json.loads(problem) == {
@@ -81,15 +76,11 @@ def test_a_reader_token_lists_models_but_may_not_ask(
     }
 
 
-def test_a_configured_token_from_another_origin_is_forbidden_origin(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_a_configured_token_from_another_origin_is_forbidden_origin(outputs: Outputs) -> None:
     assert outputs["bash"][2].stdout == "403\n"
 
 
-def test_curl_sync_answer_stops_at_max_output_tokens(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_curl_sync_answer_stops_at_max_output_tokens(outputs: Outputs) -> None:
     answer = json.loads(outputs["bash"][3].stdout)
     assert (answer["object"], answer["status"], answer["model"]) == (
         "response",
@@ -100,9 +91,7 @@ def test_curl_sync_answer_stops_at_max_output_tokens(
     assert answer["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
-def test_curl_stream_is_numbered_events_ending_with_one_final_event(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_curl_stream_is_numbered_events_ending_with_one_final_event(outputs: Outputs) -> None:
     stream = outputs["bash"][4].stdout
     assert stream.startswith("retry: 2000\nid: 1\nevent: response.created\n")
     events = sse_events(stream)
@@ -111,9 +100,7 @@ def test_curl_stream_is_numbered_events_ending_with_one_final_event(
     assert events[-1][1] == "response.incomplete"
 
 
-def test_curl_task_events_replay_after_last_event_id(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_curl_task_events_replay_after_last_event_id(outputs: Outputs) -> None:
     printed = outputs["bash"][5].stdout
     task = json.loads(printed[printed.rindex('{"id":"task_') :])
     assert (task["status"], task["result"]["status"]) == ("incomplete", "incomplete")
@@ -123,22 +110,16 @@ def test_curl_task_events_replay_after_last_event_id(
     assert sse_events(replay) == everything[3:]
 
 
-def test_curl_cancel_ends_the_task_with_response_cancelled(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_curl_cancel_ends_the_task_with_response_cancelled(outputs: Outputs) -> None:
     assert outputs["bash"][6].stdout == "200\n200\nevent: response.cancelled\n"
 
 
-def test_httpx_example_prints_status_text_and_final_event(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_httpx_example_prints_status_text_and_final_event(outputs: Outputs) -> None:
     printed = outputs["python"][0].stdout
     assert re.fullmatch(r"200 incomplete\n.+\nresponse\.incomplete\n", printed, re.S)
 
 
-def test_lmsp_client_example_follows_the_task_to_its_final_event(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_lmsp_client_example_follows_the_task_to_its_final_event(outputs: Outputs) -> None:
     lines = outputs["python"][1].stdout.splitlines()
     assert lines[0] == "incomplete"
     assert lines[1] == "1 response.created"
@@ -147,9 +128,7 @@ def test_lmsp_client_example_follows_the_task_to_its_final_event(
     assert lines[-1] == "incomplete"
 
 
-def test_node_fetch_example_prints_status_text_and_final_event(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_node_fetch_example_prints_status_text_and_final_event(outputs: Outputs) -> None:
     printed = outputs["js"][0].stdout
     assert re.fullmatch(r"200 incomplete\n.+\nresponse\.incomplete\n", printed, re.S)
 
@@ -182,9 +161,7 @@ def test_langchain_example(outputs: dict[str, list[subprocess.CompletedProcess[s
     assert lines[-1] == "Verdict"
 
 
-def test_editor_chat_completions_example(
-    outputs: dict[str, list[subprocess.CompletedProcess[str]]],
-) -> None:
+def test_editor_chat_completions_example(outputs: Outputs) -> None:
     completion = json.loads(outputs["bash"][7].stdout)
     assert completion["object"] == "chat.completion"
     assert completion["choices"][0]["finish_reason"] == "length"
