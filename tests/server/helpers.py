@@ -1,5 +1,6 @@
 """What the tests of the server suite share: requests for the bundled model, a strict reader of
-the SSE streams they receive, problem documents, and tasks followed over HTTP."""
+the SSE streams they receive, problem documents, tasks followed over HTTP, the idempotency keys
+of a store, and the configuration and apps of the in-process server (``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from traitlets.config import Config
 
+from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import MODEL
+from tests.doubles import ScriptedEngine
 from tests.helpers import eventually
 
 
@@ -116,3 +121,39 @@ def claimed_keys(store: Path) -> set[str]:
     """The idempotency keys whose first attempt is running, as the store has them."""
     with sqlite3.connect(store) as db:
         return {row[0] for row in db.execute("SELECT key FROM idempotency WHERE status IS NULL")}
+
+
+def server_config(request: pytest.FixtureRequest, **lmsp: Any) -> Config:
+    """The in-process server's config: the extension, none of the machine's model stores, and
+    the ``lmsp`` settings of ``LmspApp``.
+
+    A test marked ``@pytest.mark.script({"deltas": [...], "delay": ..., "fail_after": ...},
+    ...)`` has its models served by ``ScriptedEngine`` (``LmspApp.engine_class``) playing those
+    scripts, one per generation in turn, the last one from then on.
+    """
+    config = Config(
+        {
+            "ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}},
+            "LmspApp": {"ollama_dir": "", "huggingface_cache_dir": "", **lmsp},
+        }
+    )
+    marker = request.node.get_closest_marker("script")
+    if marker is not None:
+        first, *then = marker.args
+        config.LmspApp.engine_class = ScriptedEngine
+        config.ScriptedEngine = Config({**first, "then": then})
+    return config
+
+
+def lmsp_app(serverapp: Any) -> LmspApp:
+    """The extension app of a running server."""
+    (app,) = serverapp.extension_manager.extension_apps["lmsp_jupyter"]
+    assert isinstance(app, LmspApp)
+    return app
+
+
+def scripted_engine(serverapp: Any) -> ScriptedEngine:
+    """The scripted engine of a server whose test is marked ``script``."""
+    engine = lmsp_app(serverapp).engine.local
+    assert isinstance(engine, ScriptedEngine)
+    return engine

@@ -3,77 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from traitlets.config import Config
 
 from lmsp_jupyter.engine.batching import ModelWorker
 from lmsp_jupyter.engine.generation import StopReason
-from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import MODEL, start_server, stop_server
-from tests.doubles import ScriptedEngine
 from tests.server.helpers import parse_sse
-
-
-def server_config(request: pytest.FixtureRequest, **lmsp: Any) -> Config:
-    """The in-process server's config: the extension, none of the machine's model stores, and
-    the ``lmsp`` settings of ``LmspApp``.
-
-    A test marked ``@pytest.mark.script({"deltas": [...], "delay": ..., "fail_after": ...},
-    ...)`` has its models served by ``ScriptedEngine`` (``LmspApp.engine_class``) playing those
-    scripts, one per generation in turn, the last one from then on.
-    """
-    config = Config(
-        {
-            "ServerApp": {"jpserver_extensions": {"lmsp_jupyter": True}},
-            "LmspApp": {"ollama_dir": "", "huggingface_cache_dir": "", **lmsp},
-        }
-    )
-    marker = request.node.get_closest_marker("script")
-    if marker is not None:
-        first, *then = marker.args
-        config.LmspApp.engine_class = ScriptedEngine
-        config.ScriptedEngine = Config({**first, "then": then})
-    return config
-
-
-@pytest.fixture
-def jp_server_config(request: pytest.FixtureRequest) -> Config:
-    return server_config(request, keepalive_seconds=0.05)
-
-
-@pytest.fixture
-def lmsp(
-    jp_serverapp: Any,
-    http_server: Any,
-    jp_http_port: int,
-    jp_base_url: str,
-    jp_auth_header: dict[str, str],
-    jp_asyncio_loop: asyncio.AbstractEventLoop,
-) -> Iterator[httpx.AsyncClient]:
-    """An HTTP client of the in-process server's LMSP endpoints, on the server's loop."""
-    base = f"http://127.0.0.1:{jp_http_port}{jp_base_url}lmsp/v1"
-    client = httpx.AsyncClient(base_url=base, headers=jp_auth_header, timeout=120)
-    yield client
-    jp_asyncio_loop.run_until_complete(client.aclose())
-
-
-def lmsp_app(serverapp: Any) -> LmspApp:
-    """The extension app of a running server."""
-    (app,) = serverapp.extension_manager.extension_apps["lmsp_jupyter"]
-    assert isinstance(app, LmspApp)
-    return app
-
-
-def scripted_engine(serverapp: Any) -> ScriptedEngine:
-    """The scripted engine of a server whose test is marked ``script``."""
-    engine = lmsp_app(serverapp).engine.local
-    assert isinstance(engine, ScriptedEngine)
-    return engine
 
 
 async def test_mounted_under_the_servers_base_url(

@@ -18,13 +18,7 @@ import pytest
 
 from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, running_server, start_server
 from tests.helpers import eventually, eventually_async
-from tests.server import test_extension as in_process
-from tests.server.helpers import Event, assert_problem, claimed_keys, parse_sse
-
-#: A server process of the test's own; a test marked ``script`` has a scripted engine.
-jp_server_config = in_process.jp_server_config
-lmsp = in_process.lmsp
-scripted_engine = in_process.scripted_engine
+from tests.server.helpers import Event, assert_problem, claimed_keys, parse_sse, scripted_engine
 
 BODY: dict[str, Any] = {"model": MODEL, "input": "x"}
 

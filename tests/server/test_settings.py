@@ -24,11 +24,7 @@ from lmsp_jupyter.engine.manager import (
     ModelManager,
     default_memory_budget,
 )
-from tests.server import test_extension as in_process
-
-jp_server_config = in_process.jp_server_config
-lmsp = in_process.lmsp
-lmsp_app = in_process.lmsp_app
+from tests.server.helpers import lmsp_app
 
 SETTINGS = ("keep_alive_seconds", "max_loaded_models", "memory_budget_bytes")
 APP = {"keep_alive_seconds": 1000.0, "max_loaded_models": 5, "memory_budget_bytes": 7 * 10**9}

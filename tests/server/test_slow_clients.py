@@ -10,10 +10,8 @@ import pytest
 from traitlets.config import Config
 
 from tests.conftest import MODEL
-from tests.server import test_extension as in_process
-from tests.server.helpers import parse_sse
+from tests.server.helpers import parse_sse, server_config
 
-lmsp = in_process.lmsp
 #: 60 deltas of 256 KiB (64 Ki four-byte characters, under the 4 Mi characters an output
 #: text may have): far more than the socket buffers of a client that does not read can hold.
 BIG = "\N{GRINNING FACE}" * 65536
@@ -24,7 +22,7 @@ SLOW_S = 3
 
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest) -> Config:
-    return in_process.server_config(request, slow_client_seconds=SLOW_S)
+    return server_config(request, slow_client_seconds=SLOW_S)
 
 
 @pytest.mark.script({"deltas": [BIG] * COUNT, "delay": 0.01})
