@@ -16,10 +16,6 @@ from traitlets.config import Config
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.server.app import LmspApp, PathList
 from tests.engine.gguf_files import write_gguf
-from tests.server import test_extension as in_process
-
-jp_server_config = in_process.jp_server_config
-lmsp = in_process.lmsp
 
 TRAIT = PathList()
 
