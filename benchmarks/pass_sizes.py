@@ -1,0 +1,156 @@
+"""Which forward-pass compositions give the same logits, and what a pass of each size costs.
+
+The engine reads prompts in passes of ``PROMPT_PASS_MIN`` to ``PROMPT_PASS_MAX`` tokens and
+sampled tokens in passes of 2 to ``DECODE_PASS_TOKENS`` (``engine/passes.py``) because llama.cpp's
+CPU kernels give the same result within each range, whatever else the pass holds. This measures
+that claim on the bundled model, through the engine's own ``LlamaModel`` (the context the service
+uses: a KV stream per sequence, weights not repacked): the logits of every position of one
+``--tokens``-token text are computed with each composition below and compared with the engine's
+own way of reading a prompt (largest difference of any logit; 0 means bit-identical), then each
+pass size is timed (milliseconds a pass, the median of ``--rounds``). The context takes passes of
+at most ``PROMPT_PASS_MAX`` tokens: 64 tokens of one sequence, where attention is tiled, would
+be a third regime.
+
+Run: ``.venv/bin/python benchmarks/pass_sizes.py [--tokens 96] [--rounds 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+if not __package__:  # run as a file: python benchmarks/pass_sizes.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.llama import BatchToken, LlamaModel
+from lmsp_jupyter.engine.passes import PROMPT_PASS_MAX, PROMPT_PASS_MIN, prompt_pass_size
+
+SEQUENCES = 8
+#: Logits of each position of the text, by position.
+Logits = dict[int, npt.NDArray[np.float32]]
+
+
+class Probe:
+    """One text read through one ``LlamaModel`` in chosen passes."""
+
+    def __init__(self, model: LlamaModel, tokens: list[int]) -> None:
+        self.model = model
+        self.tokens = tokens
+
+    def read(self, sizes: Callable[[int], int], pad_to: int = 0, beside: int = 0) -> Logits:
+        """The text in passes of ``sizes(left)`` tokens of sequence 0, each padded to
+        ``pad_to`` with tokens after its end (dropped after the pass) and beside ``beside``
+        other sequences given as many padding tokens."""
+        for sequence in range(SEQUENCES):
+            self.model.forget(sequence)
+        logits: Logits = {}
+        start = 0
+        while start < len(self.tokens):
+            size = sizes(len(self.tokens) - start)
+            end = start + size
+            batch = [BatchToken(self.tokens[p], p, 0, True) for p in range(start, end)]
+            batch += [BatchToken(0, p, 0, False) for p in range(end, start + pad_to)]
+            width = len(batch)
+            for other in range(1, beside + 1):
+                batch += [BatchToken(0, p, other, False) for p in range(width)]
+            self.model.decode(batch)
+            for row in range(size):
+                logits[start + row] = self.model.logits(row).copy()
+            self.model.forget(0, end)
+            for other in range(1, beside + 1):
+                self.model.forget(other)
+            start = end
+        return logits
+
+    def pass_ms(self, size: int, sequences: int, rounds: int) -> float:
+        """Milliseconds of a pass of ``size`` tokens of each of ``sequences`` sequences after
+        the text (the median of ``rounds``)."""
+        base = len(self.tokens)
+        for sequence in range(sequences):  # each sequence's cache holds the text
+            self.model.forget(sequence)
+            for start in range(0, base, PROMPT_PASS_MAX):
+                end = min(base, start + PROMPT_PASS_MAX)
+                self.model.decode(
+                    [BatchToken(self.tokens[p], p, sequence, False) for p in range(start, end)]
+                )
+        times: list[float] = []
+        for _ in range(rounds):
+            batch = [
+                BatchToken(0, base + p, sequence, p == size - 1)
+                for sequence in range(sequences)
+                for p in range(size)
+            ]
+            began = time.perf_counter()
+            self.model.decode(batch)
+            times.append(time.perf_counter() - began)
+            for sequence in range(sequences):
+                self.model.forget(sequence, base)
+        return 1000 * statistics.median(times)
+
+
+def largest_difference(a: Logits, b: Logits) -> float:
+    """The largest difference between any logit of ``a`` and ``b``."""
+    return max(float(np.abs(a[p] - b[p]).max()) for p in a)
+
+
+def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
+    entry = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
+    rng = np.random.default_rng(1)
+    tokens = [2] + [int(t) for t in rng.integers(1000, 6000, args.tokens - 1)]
+    model = LlamaModel(entry.path(), cells=args.tokens + 128, sequences=SEQUENCES, threads=2)
+    try:
+        probe = Probe(model, tokens)
+        reference = probe.read(prompt_pass_size, pad_to=PROMPT_PASS_MIN)
+        decode = probe.read(lambda left: 1, pad_to=2)
+        compositions: list[tuple[str, Logits, Logits]] = [
+            ("prompt passes of 8", probe.read(lambda left: min(left, 8), 8), reference),
+            (
+                "prompt passes of 17, 9, 31, ...",
+                probe.read(lambda left: min(left, [17, 9, 31][left % 3]), 8),
+                reference,
+            ),
+            (
+                "prompt passes of 8 beside 2 other sequences",
+                probe.read(lambda left: min(left, 8), 8, 2),
+                reference,
+            ),
+            ("1 token + 7 after it", probe.read(lambda left: 1, pad_to=8), reference),
+            ("1 token beside 7 sequences", probe.read(lambda left: 1, beside=7), reference),
+            ("passes of 7 (the decode range)", probe.read(lambda left: min(left, 7)), reference),
+            ("decode: 1 token + 1 after it", decode, decode),
+            ("decode: 1 token beside 6 sequences", probe.read(lambda left: 1, beside=6), decode),
+            ("decode: passes of 3", probe.read(lambda left: min(left, 3), pad_to=2), decode),
+        ]
+        print(f"bundled model, {len(tokens)} tokens; reference: the engine's prompt passes")
+        print(f"{'composition':42} {'largest logit difference':>26}  against")
+        for name, logits, against in compositions:
+            which = "prompt passes" if against is reference else "decode passes (2 tokens)"
+            print(f"{name:42} {largest_difference(logits, against):>26.4f}  {which}")
+        print(f"\n{'pass':42} {'ms a pass':>10} {'tokens/s':>9}")
+        for size, sequences in [(1, 2), (1, 4), (1, 7), (1, 8), (PROMPT_PASS_MIN, 1)]:
+            ms = probe.pass_ms(size, sequences, args.rounds)
+            name = f"{size} token(s) of each of {sequences} sequence(s)"
+            print(f"{name:42} {ms:>10.1f} {size * sequences * 1000 / ms:>9.0f}")
+        for size in (7, PROMPT_PASS_MAX):
+            ms = probe.pass_ms(size, 1, args.rounds)
+            print(f"{f'{size} prompt tokens':42} {ms:>10.1f} {size * 1000 / ms:>9.0f}")
+    finally:
+        model.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurement; 0 whatever it measures, 1 only if it could not measure."""
+    return benchmark_main(benchmark_parser(__doc__, tokens=96, rounds=20), benchmark, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
