@@ -153,45 +153,26 @@ async def test_temperature_0_text_is_the_same_alone_in_a_full_batch_and_on_a_cac
     ]
 
 
-async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
-    entry: ModelEntry, tokenizer: LlamaTokenizer
+#: A first turn longer than the sliding window, whose cache is trimmed of its answer.
+NOTES = " ".join(f"Note {n}: the {SUBJECTS[n % len(SUBJECTS)]} matters." for n in range(80))
+
+
+@pytest.mark.parametrize(
+    ("question", "follow_up"),
+    [("Name a fruit.", "And a vegetable?"), (NOTES, "Which note is first?")],
+    ids=["short", "longer than the sliding window"],
+)
+async def test_a_continued_conversation_reuses_its_prompts_cache_and_says_the_same(
+    entry: ModelEntry, tokenizer: LlamaTokenizer, question: str, follow_up: str
 ) -> None:
-    first = prompt_of(tokenizer, "<bos><start_of_turn>user\nName a fruit.<end_of_turn>\n")
-    warm = new_engine()
+    first = prompt_of(tokenizer, f"<bos><start_of_turn>user\n{question}<end_of_turn>\n")
+    warm = new_engine(parallel=2)
     try:
         answer, _ = await generate(warm, entry, first, SamplingParams(12, temperature=0.0))
         follow = prompt_of(
             tokenizer,
             f"{first.text}<start_of_turn>model\n{answer}<end_of_turn>\n"
-            "<start_of_turn>user\nAnd a vegetable?<end_of_turn>\n<start_of_turn>model\n",
-        )
-        reused, reused_done = await generate(warm, entry, follow)
-    finally:
-        warm.close()
-    cold = new_engine()
-    try:
-        fresh, fresh_done = await generate(cold, entry, follow)
-    finally:
-        cold.close()
-    assert reused_done.cached_tokens >= len(first.tokens)
-    assert fresh_done.cached_tokens == 0
-    assert reused == fresh
-    assert reused_done.prompt_tokens == fresh_done.prompt_tokens == len(follow.tokens)
-
-
-async def test_a_conversation_longer_than_the_sliding_window_is_reused_and_says_the_same(
-    entry: ModelEntry, tokenizer: LlamaTokenizer
-) -> None:
-    notes = " ".join(f"Note {n}: the {SUBJECTS[n % len(SUBJECTS)]} matters." for n in range(80))
-    first = prompt_of(tokenizer, f"<bos><start_of_turn>user\n{notes}<end_of_turn>\n")
-    assert len(first.tokens) > SLIDING_WINDOW
-    warm = new_engine(parallel=2)
-    try:
-        answer, _ = await generate(warm, entry, first, SamplingParams(8, temperature=0.0))
-        follow = prompt_of(
-            tokenizer,
-            f"{first.text}<start_of_turn>model\n{answer}<end_of_turn>\n"
-            "<start_of_turn>user\nWhich note is first?<end_of_turn>\n<start_of_turn>model\n",
+            f"<start_of_turn>user\n{follow_up}<end_of_turn>\n<start_of_turn>model\n",
         )
         reused, reused_done = await generate(warm, entry, follow)
     finally:
@@ -201,10 +182,17 @@ async def test_a_conversation_longer_than_the_sliding_window_is_reused_and_says_
         fresh, fresh_done = await generate(cold, entry, follow)
     finally:
         cold.close()
-    # The first turn's prompt is served from the cache, though its answer was trimmed off.
+    # The first turn's prompt comes from the cache; its answer, sampled, is read again.
     assert reused_done.cached_tokens == len(first.tokens)
     assert fresh_done.cached_tokens == 0
     assert reused == fresh != ""
+    assert reused_done.prompt_tokens == fresh_done.prompt_tokens == len(follow.tokens)
+
+
+def test_the_long_conversation_is_longer_than_the_sliding_window(
+    tokenizer: LlamaTokenizer,
+) -> None:
+    assert len(tokenizer.tokenize(NOTES)) > SLIDING_WINDOW
 
 
 async def test_cancelling_one_sequence_leaves_the_others_text_unchanged(
