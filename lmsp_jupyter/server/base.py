@@ -22,6 +22,7 @@ from ..service.responses import ResponseService
 from ..service.store import store_problem
 from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
+from .operations import Operation
 
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?$")
 #: The verbs a handler may implement (``options`` is the CORS preflight every handler answers).
@@ -53,8 +54,16 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         for verb in HTTP_VERBS:
             if verb in cls.__dict__:
                 setattr(cls, verb, allow_unauthenticated(cls.__dict__[verb]))
+        cls.scopes = {
+            verb.upper(): operation.scope
+            for verb, operation in cls.operations.items()
+            if operation.scope is not None
+        }
 
-    #: The scope each implemented method needs; methods absent here need only a valid token.
+    #: What each implemented verb is (lower case → its operation): its scope here, and what the
+    #: OpenAPI document says of it.
+    operations: ClassVar[dict[str, Operation]] = {}
+    #: The scope each implemented method needs, from ``operations``; absent: a valid token.
     scopes: ClassVar[dict[str, Scope]] = {}
     principal: Principal
     _json_body: dict[str, Any] | None = None
@@ -233,6 +242,18 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
     patch: Callable[..., Any]
     delete: Callable[..., Any]
     get = head = post = put = patch = delete = allow_unauthenticated(_method_not_allowed)
+
+
+#: The largest integer SQLite holds: a larger cursor or limit means the same as this one.
+_LARGEST = 2**63 - 1
+
+
+def non_negative_integer(value: str, param: str) -> int:
+    """A non-negative integer parameter; anything else → ``invalid_request`` naming it."""
+    if not (value.isascii() and value.isdigit()):
+        raise LmspError("invalid_request", f"{param} must be a non-negative integer", param=param)
+    digits = value.lstrip("0")
+    return _LARGEST if len(digits) > len(str(_LARGEST)) else min(int(digits or "0"), _LARGEST)
 
 
 def _check_idempotency_key(key: str) -> None:

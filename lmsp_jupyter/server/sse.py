@@ -14,6 +14,7 @@ from ..protocol.chat import ChatCompletionChunk, ChatStreamDone, ChatStreamError
 from ..protocol.events import ResponseEvent
 from ..service.store import StoredEvent
 from ..service.tasks import Interrupted
+from .base import LmspHandler
 
 #: A comment line alone: a blank line after it would make some clients see an empty event.
 KEEPALIVE = b": keep-alive\n"
@@ -146,6 +147,26 @@ class EventStream:
         if self._task is not None:
             self._closed = True
             self._task.cancel()
+
+
+class StreamingHandler(LmspHandler):
+    """A handler that sends events as SSE; a client that leaves stops what produces them."""
+
+    _stream: EventStream | None = None
+
+    def event_stream(self) -> EventStream:
+        """A stream to this client: the one a disconnect closes."""
+        self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
+        return self._stream
+
+    async def send_events(self, events: AsyncIterator[SseEvent]) -> None:
+        """Send ``events`` until they end or the client leaves, then finish the reply."""
+        await self.event_stream().send(events)
+        self.finish()
+
+    def on_connection_close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
 
 
 def _ignore_closed(future: asyncio.Future[None]) -> None:
