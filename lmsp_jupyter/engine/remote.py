@@ -2,22 +2,20 @@
 interface.
 
 The server renders the prompt (messages and tools go as Chat Completions), decodes and counts
-tokens; this module turns its streamed chunks into generation events. One pooled httpx client per
-server; a request is retried only while nothing of its answer has arrived.
+tokens (:mod:`.remote_tokens`); :mod:`.remote_stream` turns its streamed chunks into generation
+events. One pooled httpx client per server; a request is retried only while nothing of its
+answer has arrived. The configuration of a server is :class:`.remote_server.RemoteServer`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar, cast
+from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..protocol.errors import LmspError
 from ..protocol.models import ModelCapability
@@ -30,86 +28,21 @@ from .generation import (
     GenerationDone,
     GenerationEvent,
     Prompt,
-    ReasoningDelta,
     SamplingParams,
-    StopReason,
-    TextDelta,
-    ToolCallDelta,
     ToolSpec,
 )
+from .remote_server import RETRY_DELAYS, RemoteServer, StructuredOutput
+from .remote_stream import ChunkStream, Lost, Retryable, describe, error_text
+from .remote_tokens import PromptCounter, bound, wire_message
+
+__all__ = ["RemoteEngine", "RemoteServer"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 #: What a remote model can do unless the configuration says otherwise.
 DEFAULT_CAPABILITIES: tuple[ModelCapability, ...] = ("streaming", "tools", "structured_output")
-#: How often a generation waiting for the server looks at its cancel token.
-CANCEL_POLL_SECONDS = 0.05
-#: Seconds before the n-th retry of a request nothing has come back for yet.
-RETRY_DELAYS = (0.25, 1.0, 2.0)
 #: Statuses a server (or the proxy in front of it) gives while it cannot answer for now.
 _UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-
-#: Prompt tokens a chat template may add around each message (role markers), and once (a
-#: default system text), beyond the text it is given: the margin of a prompt's upper bound.
-TEMPLATE_TOKENS_PER_MESSAGE = 16
-TEMPLATE_TOKENS = 256
-
-StructuredOutput = Literal["auto", "json_schema", "json_object"]
-#: How a server counts a prompt's tokens: llama-server renders it (``/apply-template``) and
-#: tokenizes the text; vLLM tokenizes messages (``/tokenize``); llama-cpp-python's server
-#: tokenizes text only (``/extras/tokenize/count``), so its count is an estimate.
-_Counting = Literal["llama-server", "vllm", "extras", "none"]
-
-
-class RemoteServer(BaseModel):
-    """One entry of ``LmspApp.remote_servers``: an OpenAI-compatible server and its models."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    #: Prefix of its models' ids (``<name>/<model>``) and their ``owned_by``.
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    #: The API root, ending where OpenAI's ``/models`` and ``/chat/completions`` start.
-    url: str = Field(pattern=r"^https?://")
-    api_key: str | None = None
-    #: The environment variable holding the API key (kept out of configuration files).
-    api_key_env: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    #: Longest wait for the server to say anything (the first token included).
-    timeout_seconds: float = Field(default=600.0, gt=0)
-    #: The models offered: remote ids, or ``{remote id: name here}``; ``None``: every one listed.
-    models: list[str] | dict[str, str] | None = None
-    #: What its models can do (``reasoning`` if they think aloud); ``None``: the defaults.
-    capabilities: list[ModelCapability] | None = None
-    #: The context window in tokens, when the server does not report one.
-    context_length: int | None = Field(default=None, gt=0)
-    #: How the server takes a JSON Schema: OpenAI's ``json_schema`` form, or
-    #: ``{"type": "json_object", "schema": ...}`` (llama-cpp-python's server); ``auto`` tries
-    #: the first and falls back to the second when the server refuses it.
-    structured_output: StructuredOutput = "auto"
-    #: Retries of a request the server has not started answering (refused, 502–504).
-    retries: int = Field(default=2, ge=0, le=len(RETRY_DELAYS))
-    #: Requests sent to the server at once, per model; more wait in this service's line.
-    parallel: int = Field(default=8, gt=0)
-
-    @classmethod
-    def parse(cls, config: dict[str, Any]) -> RemoteServer:
-        """A configured server; a bad entry raises ``ValueError`` naming the problem."""
-        try:
-            return cls.model_validate(config)
-        except ValidationError as exc:
-            name = config.get("name", "?")
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()
-            )
-            raise ValueError(f"remote server {name!r}: {problems}") from None
-
-    def api_token(self) -> str | None:
-        """The API key sent as ``Authorization: Bearer``: configured, or from the environment."""
-        if self.api_key:
-            return self.api_key
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
 
 
 @dataclass(frozen=True)
@@ -137,7 +70,7 @@ class RemoteEngine:
         self._listed = False
         self._reachable: bool | None = None
         self._format: StructuredOutput = server.structured_output
-        self._counting: _Counting | None = None  # found out at the first count
+        self._counter = PromptCounter(_root(server.url))
         self._refreshing: asyncio.Future[None] | None = None
 
     # --- the server's models ----------------------------------------------------------------
@@ -213,7 +146,7 @@ class RemoteEngine:
             response.raise_for_status()
             listed = response.json()["data"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            self._mark(False, f"listing its models failed: {_describe(exc)}")
+            self._mark(False, f"listing its models failed: {describe(exc)}")
             return
         configured = self._configured() if self.server.models is not None else None
         models: dict[str, _RemoteModel] = {}
@@ -292,69 +225,21 @@ class RemoteEngine:
             tokens=[],
             messages=messages,
             tools=tools,
-            bound=_bound(messages, tools),
+            bound=bound(messages, tools),
             counter=counter,
         )
 
     async def _count(
         self, remote_id: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
     ) -> tuple[int, bool]:
-        """The prompt's tokens as the server counts them, and whether the count is exact.
-
-        Each way is tried in turn the first time; the one that works is kept. A server with
-        none gets the upper bound (every token stands for at least one byte of text).
-        """
-        wire = {"messages": [_wire_message(message) for message in messages]}
-        if tools:
-            wire["tools"] = [tool.as_template_dict() for tool in tools]
-        ways: tuple[_Counting, ...] = (
-            (self._counting,) if self._counting else ("llama-server", "vllm", "extras")
-        )
-        for way in ways:
-            try:
-                counted = await self._count_by(way, remote_id, wire)
-            except httpx.TransportError as exc:
-                self._mark(False, _describe(exc))
-                raise EngineUnavailable(
-                    f"remote server {self.server.name!r} does not answer: {_describe(exc)}"
-                ) from None
-            if counted is not None:
-                self._counting = way
-                return counted
-        self._counting = "none"
-        return _bound(messages, tools), False
-
-    async def _count_by(
-        self, way: _Counting, remote_id: str, wire: dict[str, Any]
-    ) -> tuple[int, bool] | None:
-        """The count one way, or ``None`` if the server does not count that way."""
-        http, root = self._http(), self._root()
-        if way == "llama-server":
-            rendered = await http.post(f"{root}apply-template", json=wire)
-            prompt = _json_field(rendered, "prompt", str)
-            if prompt is None:
-                return None
-            body = {"content": prompt, "add_special": True, "parse_special": True}
-            tokens = _json_field(await http.post(f"{root}tokenize", json=body), "tokens", list)
-            return None if tokens is None else (len(tokens), True)
-        if way == "vllm":
-            body = {"model": remote_id, "add_generation_prompt": True, **wire}
-            count = _json_field(await http.post(f"{root}tokenize", json=body), "count", int)
-            return None if count is None else (count, True)
-        if way == "extras":
-            body = {"model": remote_id, "input": _plain_text(wire)}
-            response = await http.post(f"{root}extras/tokenize/count", json=body)
-            count = _json_field(response, "count", int)
-            if count is None:
-                return None
-            margin = TEMPLATE_TOKENS_PER_MESSAGE * len(wire["messages"]) + TEMPLATE_TOKENS
-            return count + margin, False
-        return None
-
-    def _root(self) -> str:
-        """The server's own root (its API root without ``/v1``), where counting endpoints are."""
-        url = self.server.url.rstrip("/")
-        return url.removesuffix("/v1") + "/" if url.endswith("/v1") else url + "/"
+        """The prompt's tokens as the server counts them, and whether the count is exact."""
+        try:
+            return await self._counter.count(self._http(), remote_id, messages, tools)
+        except httpx.TransportError as exc:
+            self._mark(False, describe(exc))
+            raise EngineUnavailable(
+                f"remote server {self.server.name!r} does not answer: {describe(exc)}"
+            ) from None
 
     def _remote_id(self, entry: ModelEntry) -> str:
         model = self._models.get(entry.id)
@@ -379,13 +264,13 @@ class RemoteEngine:
                         if self._refused_schema_form(response, params):
                             continue
                         if response.status_code in _UNAVAILABLE_STATUSES:
-                            raise _Retryable(f"it answered {response.status_code}")
+                            raise Retryable(f"it answered {response.status_code}")
                         raise EngineError(
                             f"remote server {self.server.name!r} refused the request "
-                            f"({response.status_code}): {_error_text(response)}"
+                            f"({response.status_code}): {error_text(response)}"
                         )
                     self._mark(True)
-                    chunks = _Chunks(response, cancel, body)
+                    chunks = ChunkStream(response, cancel, body)
                     async for event in chunks.events():
                         if isinstance(event, GenerationDone) and chunks.unreported(event):
                             event = replace(
@@ -393,14 +278,14 @@ class RemoteEngine:
                             )
                         yield event
                     return
-            except _Lost as exc:
+            except Lost as exc:
                 self._mark(False, str(exc))
                 raise EngineError(
                     f"remote server {self.server.name!r} was lost mid-answer: {exc}"
                 ) from None
-            except (_Retryable, httpx.TransportError) as exc:
+            except (Retryable, httpx.TransportError) as exc:
                 if isinstance(exc, httpx.ReadTimeout) or attempt >= self.server.retries:
-                    why = _describe(exc)
+                    why = describe(exc)
                     self._mark(False, why)
                     raise EngineUnavailable(
                         f"remote server {self.server.name!r} does not answer: {why}"
@@ -423,7 +308,7 @@ class RemoteEngine:
             log.warning(
                 "remote server %r reported no usage, nor did it count the prompt (%s)",
                 self.server.name,
-                _describe(exc),
+                describe(exc),
             )
         tokens, _ = await self._count(body["model"], prompt.messages, prompt.tools)
         return tokens
@@ -433,7 +318,7 @@ class RemoteEngine:
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": remote_id,
-            "messages": [_wire_message(message) for message in prompt.messages],
+            "messages": [wire_message(message) for message in prompt.messages],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -512,174 +397,6 @@ class RemoteEngine:
             self._client = None
 
 
-class _Retryable(Exception):
-    """The server said it cannot answer now; nothing of the answer has come."""
-
-
-class _Lost(Exception):
-    """The connection broke after part of the answer came."""
-
-
-class _Chunks:
-    """The generation events of one streamed Chat Completion."""
-
-    def __init__(self, response: httpx.Response, cancel: CancelToken, body: dict[str, Any]):
-        self.response = response
-        self.cancel = cancel
-        self.limited = "max_tokens" in body
-        self.usage: dict[str, Any] = {}
-        self.finish: str | None = None
-        self.deltas = 0
-        self.started = False
-
-    async def events(self) -> AsyncIterator[GenerationEvent]:
-        lines = cast(AsyncGenerator[str, None], self.response.aiter_lines())
-        ended = False  # the server said [DONE]
-        try:
-            while True:
-                line = await self._next(lines)
-                if line is None:
-                    yield self._done("cancelled")
-                    return
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    ended = True
-                    break
-                for event in self._chunk(data):
-                    self.started = True
-                    yield event
-        except StopAsyncIteration:
-            pass
-        except httpx.TransportError as exc:
-            if not self.started:
-                raise
-            raise _Lost(_describe(exc)) from None
-        finally:
-            await lines.aclose()
-        if self.finish is None:
-            if ended:  # llama-cpp-python's server, for one, cuts answers short this way
-                raise EngineError("the server ended the answer without saying why")
-            if not self.started:
-                raise _Retryable("it closed the stream before answering")
-            raise _Lost("the stream ended before the answer did")
-        reason: StopReason = "stop"
-        if self.finish == "length":
-            reason = "max_tokens" if self.limited else "context_length"
-        yield self._done(reason)
-
-    async def _next(self, lines: AsyncIterator[str]) -> str | None:
-        """The next line, or ``None`` once ``cancel`` is set (the read is then abandoned)."""
-        if self.cancel.cancelled:
-            return None
-        reading = asyncio.ensure_future(anext(lines))
-        while True:
-            done, _ = await asyncio.wait({reading}, timeout=CANCEL_POLL_SECONDS)
-            if done:
-                return reading.result()
-            if self.cancel.cancelled:
-                reading.cancel()
-                await asyncio.gather(reading, return_exceptions=True)
-                return None
-
-    def _chunk(self, data: str) -> list[GenerationEvent]:
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError:
-            raise EngineError(f"the server sent a chunk that is not JSON: {data[:200]!r}") from None
-        if not isinstance(chunk, dict):
-            return []
-        if "error" in chunk:
-            raise EngineError(f"the server failed: {_message(chunk['error'])}")
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        events: list[GenerationEvent] = []
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            # llama-server and vLLM's reasoning parsers; newer vLLM names it "reasoning"
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                self.deltas += 1
-                events.append(ReasoningDelta(reasoning))
-            if delta.get("content"):
-                self.deltas += 1
-                events.append(TextDelta(delta["content"]))
-            for call in delta.get("tool_calls") or []:
-                function = call.get("function") or {}
-                events.append(
-                    ToolCallDelta(
-                        index=int(call.get("index", 0)),
-                        name=function.get("name"),
-                        arguments=function.get("arguments") or "",
-                    )
-                )
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        return events
-
-    def unreported(self, done: GenerationDone) -> bool:
-        """Whether ``done`` ended an answer whose prompt the server did not count."""
-        return done.reason != "cancelled" and not isinstance(self.usage.get("prompt_tokens"), int)
-
-    def _done(self, reason: StopReason) -> GenerationDone:
-        details = self.usage.get("prompt_tokens_details") or {}
-        return GenerationDone(
-            reason=reason,
-            prompt_tokens=int(self.usage.get("prompt_tokens") or 0),
-            output_tokens=int(self.usage.get("completion_tokens") or self.deltas),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-        )
-
-
-def _wire_message(message: ChatMessage) -> dict[str, Any]:
-    """A chat turn as Chat Completions takes it: call arguments are JSON text there."""
-    wire = message.as_template_dict()
-    if message.tool_calls:
-        wire["tool_calls"] = [
-            {
-                **call,
-                "function": {
-                    **call["function"],
-                    "arguments": _json_text(call["function"].get("arguments")),
-                },
-            }
-            for call in message.tool_calls
-        ]
-    return wire
-
-
-def _bound(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
-    """At least as many tokens as any template makes of ``messages`` and ``tools``: a token
-    stands for at least one byte of text, plus the markers a template adds."""
-    text = sum(len(json.dumps(_wire_message(m), ensure_ascii=False).encode()) for m in messages)
-    text += sum(len(json.dumps(tool.as_template_dict()).encode()) for tool in tools)
-    return text + TEMPLATE_TOKENS_PER_MESSAGE * len(messages) + TEMPLATE_TOKENS
-
-
-def _plain_text(wire: dict[str, Any]) -> str:
-    """Messages and tools as plain text, each message a role line and its content."""
-    lines = [f"{m['role']}\n{m.get('content') or ''}" for m in wire["messages"]]
-    lines += [json.dumps(m["tool_calls"]) for m in wire["messages"] if m.get("tool_calls")]
-    lines += [json.dumps(tool) for tool in wire.get("tools", [])]
-    return "\n".join(lines)
-
-
-def _json_field(response: httpx.Response, name: str, kind: type[T]) -> T | None:
-    """``response``'s JSON field ``name`` if it answered 200 with one of that ``kind``."""
-    if response.status_code != 200:
-        return None
-    try:
-        value = response.json().get(name)
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, kind) and not isinstance(value, bool) else None
-
-
-def _json_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def _reported_context_lengths(data: dict[str, Any]) -> list[Any]:
     """Where servers put a model's window: vLLM ``max_model_len``, llama-server ``meta``."""
     meta = data.get("meta")
@@ -688,18 +405,7 @@ def _reported_context_lengths(data: dict[str, Any]) -> list[Any]:
     return [data.get("max_model_len"), data.get("context_length"), meta.get("n_ctx")]
 
 
-def _message(error: Any) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or error)[:500]
-    return str(error)[:500]
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        return _message(response.json().get("error") or response.json().get("detail"))
-    except (ValueError, AttributeError):
-        return response.text[:500]
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+def _root(url: str) -> str:
+    """A server's own root (its API root without ``/v1``), where counting endpoints are."""
+    url = url.rstrip("/")
+    return url.removesuffix("/v1") + "/" if url.endswith("/v1") else url + "/"

@@ -27,12 +27,8 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
     ToolCallDelta,
 )
-from lmsp_jupyter.engine.remote import (
-    TEMPLATE_TOKENS,
-    TEMPLATE_TOKENS_PER_MESSAGE,
-    RemoteEngine,
-    RemoteServer,
-)
+from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
+from lmsp_jupyter.engine.remote_tokens import TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE
 from lmsp_jupyter.engine.router import EngineRouter
 from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.protocol.errors import LmspError
