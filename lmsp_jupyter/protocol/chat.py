@@ -1,7 +1,7 @@
 """OpenAI's Chat Completions (LMSP 1.0 section 11.3), translated at the edge.
 
-A chat request becomes one :class:`ResponseRequest`; a response becomes a ``chat.completion``
-and a response's events become ``chat.completion.chunk`` objects. Pure data, no service.
+A chat request becomes one :class:`ResponseRequest`; the answers (a ``chat.completion``, or
+``chat.completion.chunk`` objects) are in :mod:`.chat_answers`. Pure data, no service.
 """
 
 from __future__ import annotations
@@ -11,19 +11,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import LmspError
-from .events import (
-    EventData,
-    FunctionCallArgumentsDelta,
-    OutputItemAdded,
-    OutputTextDelta,
-    ReasoningSummaryTextDelta,
-    ResponseCancelled,
-    ResponseCompleted,
-    ResponseEvent,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamError,
-)
 from .items import (
     MAX_ITEMS,
     MAX_TEXT_CHARS,
@@ -31,23 +18,24 @@ from .items import (
     FunctionCallOutput,
     InputItem,
     InputMessage,
-    OutputFunctionCall,
-    OutputMessage,
-    OutputReasoning,
 )
 from .requests import (
     FunctionTool,
     JsonObjectFormat,
     JsonSchemaFormat,
     Metadata,
+    MinP,
     NamedToolChoice,
     ResponseRequest,
+    Seed,
     Stop,
+    Temperature,
     TextFormat,
     TextJsonSchemaFormat,
+    TopK,
+    TopP,
     as_response_format,
 )
-from .responses import Response, Usage
 
 
 class _Strict(BaseModel):
@@ -199,11 +187,11 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=1, le=1000)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    seed: Seed | None = None
     stop: Stop | None = None
     n: int | None = Field(default=None, description="Only 1.")
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
@@ -329,211 +317,3 @@ def _tool_choice(chat: ChatCompletionRequest) -> Any:
     if isinstance(choice, ChatNamedToolChoice):
         return NamedToolChoice(type="function", name=choice.function.name)
     return choice
-
-
-# --- answers --------------------------------------------------------------------------------
-
-
-class ChatUsage(BaseModel):
-    """Token counts, in the model's own tokens."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    prompt_tokens_details: dict[str, int]
-    completion_tokens_details: dict[str, int]
-
-
-class ChatAnswer(BaseModel):
-    """The assistant's message of a ``chat.completion``."""
-
-    role: Literal["assistant"] = "assistant"
-    content: str | None
-    refusal: None = None
-    tool_calls: list[ChatToolCall] | None = None
-    reasoning_content: str | None = None
-
-
-class ChatChoice(BaseModel):
-    """The one choice of a ``chat.completion``."""
-
-    index: int = 0
-    message: ChatAnswer
-    finish_reason: Literal["stop", "length", "tool_calls"]
-    logprobs: None = None
-
-
-class ChatCompletion(BaseModel):
-    """``chat.completion``: the answer to a chat request."""
-
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: ChatUsage | None
-    system_fingerprint: None = None
-
-
-class ChunkDelta(BaseModel):
-    """What one chunk adds to the message."""
-
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-
-
-class ChunkChoice(BaseModel):
-    """The one choice of a chunk."""
-
-    index: int = 0
-    delta: ChunkDelta
-    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
-    logprobs: None = None
-
-
-class ChatCompletionChunk(BaseModel):
-    """``chat.completion.chunk``: one piece of a streamed answer."""
-
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: ChatUsage | None = None
-    system_fingerprint: None = None
-
-
-class ChatStreamError(BaseModel):
-    """A problem that ends a chat stream: ``{"error": <problem>}``."""
-
-    error: dict[str, Any]
-
-
-class ChatStreamDone(BaseModel):
-    """The end of a chat stream: ``data: [DONE]``."""
-
-
-#: What a chat stream sends: chunks, then ``[DONE]``, or an error and ``[DONE]``.
-ChatStreamFrame = ChatCompletionChunk | ChatStreamError | ChatStreamDone
-
-
-def chat_usage(usage: Usage) -> ChatUsage:
-    """Usage in Chat Completions' words."""
-    return ChatUsage(
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens,
-        prompt_tokens_details={"cached_tokens": usage.input_tokens_details.cached_tokens},
-        completion_tokens_details={
-            "reasoning_tokens": usage.output_tokens_details.reasoning_tokens
-        },
-    )
-
-
-def _finish_reason(status: str, calls: bool) -> Literal["stop", "length", "tool_calls"]:
-    if status == "incomplete":
-        return "length"
-    return "tool_calls" if calls else "stop"
-
-
-def chat_completion(response: Response) -> ChatCompletion:
-    """A final response as a ``chat.completion``."""
-    texts = [
-        part.text
-        for item in response.output
-        if isinstance(item, OutputMessage)
-        for part in item.content
-    ]
-    reasoning = [
-        part.text
-        for item in response.output
-        if isinstance(item, OutputReasoning)
-        for part in item.summary
-    ]
-    calls = [
-        ChatToolCall(
-            id=item.call_id, function=ChatFunctionCall(name=item.name, arguments=item.arguments)
-        )
-        for item in response.output
-        if isinstance(item, OutputFunctionCall)
-    ]
-    answer = ChatAnswer(
-        content="".join(texts) if texts else None,
-        tool_calls=calls or None,
-        reasoning_content="".join(reasoning) if reasoning else None,
-    )
-    return ChatCompletion(
-        id=response.id,
-        created=response.created_at,
-        model=response.model,
-        choices=[
-            ChatChoice(message=answer, finish_reason=_finish_reason(response.status, bool(calls)))
-        ],
-        usage=chat_usage(response.usage) if response.usage is not None else None,
-    )
-
-
-class ChunkTranslator:
-    """Turns a response's events into chunks, one choice, the usage last if asked for."""
-
-    def __init__(self, response: Response, *, include_usage: bool) -> None:
-        self.response = response
-        self.include_usage = include_usage
-        self._calls: dict[str, int] = {}  # function call item id → its tool_calls index
-
-    def _chunk(self, delta: ChunkDelta, finish_reason: Any = None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            id=self.response.id,
-            created=self.response.created_at,
-            model=self.response.model,
-            choices=[ChunkChoice(delta=delta, finish_reason=finish_reason)],
-        )
-
-    def first(self) -> ChatCompletionChunk:
-        """The chunk that opens the stream: the assistant's role."""
-        return self._chunk(ChunkDelta(role="assistant", content=""))
-
-    def feed(self, event: ResponseEvent) -> list[ChatStreamFrame]:
-        """The chunks of ``event`` (none for events that add nothing to the message)."""
-        return self._of(event.data)
-
-    def _of(self, data: EventData) -> list[ChatStreamFrame]:
-        if isinstance(data, OutputTextDelta):
-            return [self._chunk(ChunkDelta(content=data.delta))]
-        if isinstance(data, ReasoningSummaryTextDelta):
-            return [self._chunk(ChunkDelta(reasoning_content=data.delta))]
-        if isinstance(data, OutputItemAdded) and isinstance(data.item, OutputFunctionCall):
-            index = self._calls[data.item.id] = len(self._calls)
-            call = {
-                "index": index,
-                "id": data.item.call_id,
-                "type": "function",
-                "function": {"name": data.item.name, "arguments": ""},
-            }
-            return [self._chunk(ChunkDelta(tool_calls=[call]))]
-        if isinstance(data, FunctionCallArgumentsDelta):
-            call = {"index": self._calls[data.item_id], "function": {"arguments": data.delta}}
-            return [self._chunk(ChunkDelta(tool_calls=[call]))]
-        if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
-            reason = _finish_reason(data.status, bool(self._calls))
-            chunks: list[ChatStreamFrame] = [self._chunk(ChunkDelta(), reason)]
-            usage = getattr(data, "usage", None)
-            if self.include_usage and usage is not None:
-                chunks.append(
-                    ChatCompletionChunk(
-                        id=self.response.id,
-                        created=self.response.created_at,
-                        model=self.response.model,
-                        choices=[],
-                        usage=chat_usage(usage),
-                    )
-                )
-            return [*chunks, ChatStreamDone()]
-        if isinstance(data, ResponseFailed | StreamError):
-            return [
-                ChatStreamError(error=data.error.model_dump(exclude_none=True)),
-                ChatStreamDone(),
-            ]
-        return []

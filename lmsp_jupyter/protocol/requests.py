@@ -126,6 +126,14 @@ Stop = (
 )
 
 
+#: Sampling settings, bounded alike in every request that carries them (11.1, 11.3).
+Temperature = Annotated[float, Field(ge=0, le=2)]
+TopP = Annotated[float, Field(gt=0, le=1)]
+TopK = Annotated[int, Field(ge=1, le=1000)]
+MinP = Annotated[float, Field(ge=0, le=1)]
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+
+
 class ResponseRequest(_Strict):
     """``POST /lmsp/v1/responses``: what to generate and how."""
 
@@ -133,11 +141,11 @@ class ResponseRequest(_Strict):
     input: list[InputItem] = Field(min_length=1, max_length=MAX_ITEMS)
     stream: bool = False
     max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=1, le=1000)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    seed: Seed | None = None
     stop: Stop | None = None
     response_format: ResponseFormat | None = None
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)

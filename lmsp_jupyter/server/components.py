@@ -10,7 +10,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from ..protocol import events
-from ..protocol.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from ..protocol.chat import ChatCompletionRequest
+from ..protocol.chat_answers import ChatCompletion, ChatCompletionChunk
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument

@@ -6,13 +6,8 @@ import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from ..protocol.chat import (
-    ChatCompletionRequest,
-    ChunkTranslator,
-    as_response_request,
-    chat_completion,
-    chat_param,
-)
+from ..protocol.chat import ChatCompletionRequest, as_response_request, chat_param
+from ..protocol.chat_answers import ChunkTranslator, chat_completion
 from ..protocol.errors import LmspError
 from ..protocol.events import ResponseEvent
 from ..protocol.requests import ResponseRequest, parse_response_request, validate_request

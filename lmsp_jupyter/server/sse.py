@@ -10,7 +10,12 @@ from collections.abc import AsyncIterator
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
-from ..protocol.chat import ChatCompletionChunk, ChatStreamDone, ChatStreamError, ChatStreamFrame
+from ..protocol.chat_answers import (
+    ChatCompletionChunk,
+    ChatStreamDone,
+    ChatStreamError,
+    ChatStreamFrame,
+)
 from ..protocol.events import ResponseEvent
 from ..service.store import StoredEvent
 from ..service.tasks import Interrupted

@@ -7,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.protocol.chat import (
-    ChatCompletionRequest,
-    ChunkTranslator,
-    as_response_request,
-    chat_completion,
-    chat_param,
-)
+from lmsp_jupyter.protocol.chat import ChatCompletionRequest, as_response_request, chat_param
+from lmsp_jupyter.protocol.chat_answers import ChunkTranslator, chat_completion
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.events import (
     FunctionCallArgumentsDelta,

@@ -1,0 +1,227 @@
+"""OpenAI's Chat Completions answers (LMSP 1.0 section 11.3): a final response as a
+``chat.completion``, a response's events as ``chat.completion.chunk`` objects. Pure data."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from .chat import ChatFunctionCall, ChatToolCall
+from .events import (
+    EventData,
+    FunctionCallArgumentsDelta,
+    OutputItemAdded,
+    OutputTextDelta,
+    ReasoningSummaryTextDelta,
+    ResponseCancelled,
+    ResponseCompleted,
+    ResponseEvent,
+    ResponseFailed,
+    ResponseIncomplete,
+    StreamError,
+)
+from .items import OutputFunctionCall, OutputMessage, OutputReasoning
+from .responses import Response, Usage
+
+
+class ChatUsage(BaseModel):
+    """Token counts, in the model's own tokens."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: dict[str, int]
+    completion_tokens_details: dict[str, int]
+
+
+class ChatAnswer(BaseModel):
+    """The assistant's message of a ``chat.completion``."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: None = None
+    tool_calls: list[ChatToolCall] | None = None
+    reasoning_content: str | None = None
+
+
+class ChatChoice(BaseModel):
+    """The one choice of a ``chat.completion``."""
+
+    index: int = 0
+    message: ChatAnswer
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    """``chat.completion``: the answer to a chat request."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage | None
+    system_fingerprint: None = None
+
+
+class ChunkDelta(BaseModel):
+    """What one chunk adds to the message."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChunkChoice(BaseModel):
+    """The one choice of a chunk."""
+
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """``chat.completion.chunk``: one piece of a streamed answer."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: ChatUsage | None = None
+    system_fingerprint: None = None
+
+
+class ChatStreamError(BaseModel):
+    """A problem that ends a chat stream: ``{"error": <problem>}``."""
+
+    error: dict[str, Any]
+
+
+class ChatStreamDone(BaseModel):
+    """The end of a chat stream: ``data: [DONE]``."""
+
+
+#: What a chat stream sends: chunks, then ``[DONE]``, or an error and ``[DONE]``.
+ChatStreamFrame = ChatCompletionChunk | ChatStreamError | ChatStreamDone
+
+
+def chat_usage(usage: Usage) -> ChatUsage:
+    """Usage in Chat Completions' words."""
+    return ChatUsage(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        prompt_tokens_details={"cached_tokens": usage.input_tokens_details.cached_tokens},
+        completion_tokens_details={
+            "reasoning_tokens": usage.output_tokens_details.reasoning_tokens
+        },
+    )
+
+
+def _finish_reason(status: str, calls: bool) -> Literal["stop", "length", "tool_calls"]:
+    if status == "incomplete":
+        return "length"
+    return "tool_calls" if calls else "stop"
+
+
+def chat_completion(response: Response) -> ChatCompletion:
+    """A final response as a ``chat.completion``."""
+    texts = [
+        part.text
+        for item in response.output
+        if isinstance(item, OutputMessage)
+        for part in item.content
+    ]
+    reasoning = [
+        part.text
+        for item in response.output
+        if isinstance(item, OutputReasoning)
+        for part in item.summary
+    ]
+    calls = [
+        ChatToolCall(
+            id=item.call_id, function=ChatFunctionCall(name=item.name, arguments=item.arguments)
+        )
+        for item in response.output
+        if isinstance(item, OutputFunctionCall)
+    ]
+    answer = ChatAnswer(
+        content="".join(texts) if texts else None,
+        tool_calls=calls or None,
+        reasoning_content="".join(reasoning) if reasoning else None,
+    )
+    return ChatCompletion(
+        id=response.id,
+        created=response.created_at,
+        model=response.model,
+        choices=[
+            ChatChoice(message=answer, finish_reason=_finish_reason(response.status, bool(calls)))
+        ],
+        usage=chat_usage(response.usage) if response.usage is not None else None,
+    )
+
+
+class ChunkTranslator:
+    """Turns a response's events into chunks, one choice, the usage last if asked for."""
+
+    def __init__(self, response: Response, *, include_usage: bool) -> None:
+        self.response = response
+        self.include_usage = include_usage
+        self._calls: dict[str, int] = {}  # function call item id → its tool_calls index
+
+    def _chunk(
+        self, delta: ChunkDelta | None, finish_reason: Any = None, usage: Usage | None = None
+    ) -> ChatCompletionChunk:
+        """A chunk of the response: one choice adding ``delta``, or none (the usage alone)."""
+        choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish_reason)]
+        return ChatCompletionChunk(
+            id=self.response.id,
+            created=self.response.created_at,
+            model=self.response.model,
+            choices=choices,
+            usage=None if usage is None else chat_usage(usage),
+        )
+
+    def first(self) -> ChatCompletionChunk:
+        """The chunk that opens the stream: the assistant's role."""
+        return self._chunk(ChunkDelta(role="assistant", content=""))
+
+    def feed(self, event: ResponseEvent) -> list[ChatStreamFrame]:
+        """The chunks of ``event`` (none for events that add nothing to the message)."""
+        return self._of(event.data)
+
+    def _of(self, data: EventData) -> list[ChatStreamFrame]:
+        if isinstance(data, OutputTextDelta):
+            return [self._chunk(ChunkDelta(content=data.delta))]
+        if isinstance(data, ReasoningSummaryTextDelta):
+            return [self._chunk(ChunkDelta(reasoning_content=data.delta))]
+        if isinstance(data, OutputItemAdded) and isinstance(data.item, OutputFunctionCall):
+            index = self._calls[data.item.id] = len(self._calls)
+            call = {
+                "index": index,
+                "id": data.item.call_id,
+                "type": "function",
+                "function": {"name": data.item.name, "arguments": ""},
+            }
+            return [self._chunk(ChunkDelta(tool_calls=[call]))]
+        if isinstance(data, FunctionCallArgumentsDelta):
+            call = {"index": self._calls[data.item_id], "function": {"arguments": data.delta}}
+            return [self._chunk(ChunkDelta(tool_calls=[call]))]
+        if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
+            reason = _finish_reason(data.status, bool(self._calls))
+            chunks: list[ChatStreamFrame] = [self._chunk(ChunkDelta(), reason)]
+            usage = getattr(data, "usage", None)
+            if self.include_usage and usage is not None:
+                chunks.append(self._chunk(None, usage=usage))
+            return [*chunks, ChatStreamDone()]
+        if isinstance(data, ResponseFailed | StreamError):
+            return [
+                ChatStreamError(error=data.error.model_dump(exclude_none=True)),
+                ChatStreamDone(),
+            ]
+        return []
