@@ -11,7 +11,7 @@ from typing import Any
 
 from ..protocol.errors import LmspError
 from ..protocol.models import Scope
-from ..service.responses import OWNER
+from ..service.run import OWNER
 
 #: Everything but ``tools:execute``, which this service grants to no one.
 JUPYTER_SCOPES: frozenset[Scope] = frozenset(

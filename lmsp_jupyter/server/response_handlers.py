@@ -14,7 +14,7 @@ from ..protocol.requests import ResponseRequest, parse_response_request, validat
 from ..protocol.responses import Response
 from ..protocol.tasks import Task
 from ..service.idempotency import Answer, Claim
-from ..service.responses import ResponseRun
+from ..service.run import ResponseRun
 from .base import LmspHandler, non_negative_integer
 from .operations import CHAT_REPLY, CREATE_ERRORS, Operation, events_reply, json_reply, ref
 from .sse import EventStream, SseEvent, StreamingHandler, sse_frame

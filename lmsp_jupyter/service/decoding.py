@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.generation import GrammarError, ToolSpec
 from ..engine.guidance import check_schema
 from ..protocol.errors import LmspError
+from ..protocol.items import OutputFunctionCall
 from ..protocol.requests import (
     AllowedToolsChoice,
     FunctionTool,
@@ -15,7 +17,8 @@ from ..protocol.requests import (
     NamedToolChoice,
     ResponseRequest,
 )
-from .output import ContentMode
+from .output import ContentMode, OutputBuilder
+from .toolcalls import valid
 
 
 @dataclass(frozen=True)
@@ -81,3 +84,29 @@ def _enforceable(schema: dict[str, Any], param: str) -> None:
         check_schema(schema)
     except GrammarError as exc:
         raise LmspError("invalid_request", str(exc), param=param) from None
+
+
+def breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
+    """A complete output that breaks its contract (constrained decoding makes this impossible)."""
+    problems: list[str] = []
+    if decoding.schema is not None and not _valid_json(output.message_text, decoding.schema):
+        problems.append("the output is not JSON valid against the schema")
+    if decoding.mode is ContentMode.FORCED_CALL:
+        tools = {tool.name: tool for tool in decoding.callable_tools}
+        for item in output.items:
+            if isinstance(item, OutputFunctionCall):
+                tool = tools.get(item.name)
+                if tool is None or not _valid_json(item.arguments, tool.parameters):
+                    problems.append(f"the call of {item.name!r} does not validate")
+        if not any(isinstance(item, OutputFunctionCall) for item in output.items):
+            problems.append("no function call was produced")
+    if not problems:
+        return None
+    return LmspError("generation_failed", "; ".join(problems))
+
+
+def _valid_json(text: str | None, schema: dict[str, Any]) -> bool:
+    try:
+        return valid(json.loads(text or ""), schema)
+    except json.JSONDecodeError:
+        return False

@@ -1,20 +1,15 @@
 """Responses: a request becomes ordered, numbered LMSP events and a final response object.
 
-A direct stream, a synchronous reply and a task all run ``ResponseService.events``.
+A direct stream, a synchronous reply and a task all run ``ResponseService.events``. The run is
+:mod:`.run`; stored responses and the conversations they continue are :mod:`.history`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import BaseModel, TypeAdapter
 
 from ..engine.backend import GenerationBackend
 from ..engine.catalog import ModelEntry
@@ -43,14 +38,6 @@ from ..protocol.events import (
     ResponseIncomplete,
     ResponseInProgress,
 )
-from ..protocol.ids import new_id
-from ..protocol.items import (
-    InputItem,
-    ItemReference,
-    OutputFunctionCall,
-    OutputItem,
-    as_input_item,
-)
 from ..protocol.models import EXTENSION_KEY, ModelCapability
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import (
@@ -58,76 +45,31 @@ from ..protocol.responses import (
     InputTokensDetails,
     OutputTokensDetails,
     Response,
-    ResponseStatus,
     Usage,
 )
 from .conversation import chat_messages
-from .decoding import DecodingPlan, plan
+from .decoding import breach, plan
+from .history import ResponseHistory
 from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
 from .queue import ModelQueue, Ticket
+from .run import OWNER, ResponseRun
 from .store import ResponseRecords
-from .toolcalls import valid
 
-#: The owner of requests made with the Jupyter server's own credentials.
-OWNER = "jupyter"
+__all__ = [
+    "OWNER",
+    "RETRY_UNAVAILABLE_SECONDS",
+    "ResponseRun",
+    "ResponseService",
+    "with_instructions",
+]
 
 log = logging.getLogger(__name__)
-
-_CONTEXT = TypeAdapter(list[InputItem])
 
 #: When a client may try again after ``engine_unavailable``: the next request probes the engine.
 RETRY_UNAVAILABLE_SECONDS = 5
 
 _INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "context_length": "context_length"}
-
-
-@dataclass
-class ResponseRun:
-    """One response being generated: its events as they happen and the object they build."""
-
-    request: ResponseRequest
-    entry: ModelEntry
-    prompt: Prompt
-    owner: str
-    context: list[InputItem]
-    plan: DecodingPlan
-    keep_alive: float | None = None
-    id: str = field(default_factory=lambda: new_id("resp"))
-    created_at: int = field(default_factory=lambda: int(time.time()))
-    status: ResponseStatus = "in_progress"
-    output: list[OutputItem] = field(default_factory=list)
-    usage: Usage | None = None
-    incomplete_details: IncompleteDetails | None = None
-    error: LmspError | None = None
-    #: Its place in the model's line, once it has joined it.
-    ticket: Ticket | None = None
-
-    def response(self) -> Response:
-        """The response object as it stands, with the settings of its request (11.4)."""
-        request = self.request
-        return Response(
-            id=self.id,
-            created_at=self.created_at,
-            status=self.status,
-            model=request.model,
-            output=list(self.output),
-            usage=self.usage,
-            error=self.error.to_problem() if self.error else None,
-            incomplete_details=self.incomplete_details,
-            instructions=request.instructions,
-            metadata=request.metadata or {},
-            tools=[tool.model_dump(exclude_none=True) for tool in request.tools or []],
-            tool_choice=_dump(request.tool_choice or "auto"),
-            temperature=request.temperature,
-            top_p=request.top_p,
-            max_output_tokens=request.max_output_tokens,
-            previous_response_id=request.previous_response_id,
-            store=request.store,
-            background=request.background,
-            parallel_tool_calls=request.parallel_tool_calls is not False,
-            text={"format": _text_format(request)},
-        )
 
 
 class ResponseService:
@@ -144,13 +86,15 @@ class ResponseService:
         self.models = models
         self.engine = engine
         self.records = records
+        self.history = ResponseHistory(records)
         self.queue = ModelQueue(max_queued)
 
     async def start(self, request: ResponseRequest, owner: str = OWNER) -> ResponseRun:
         """Check the request against its model and render its prompt, before any generation."""
         entry = self.models.entry(request.model)
         self._check_capabilities(request, entry)
-        context = [*self._previous(request, owner), *self._resolved(request.input, owner)]
+        history = self.history
+        context = [*history.previous(request, owner), *history.resolved(request.input, owner)]
         decoding = plan(request)
         messages = with_instructions(chat_messages(context), request.instructions)
         try:
@@ -200,67 +144,10 @@ class ResponseService:
                 param="max_output_tokens" if request.max_output_tokens else "input",
             )
 
-    def _previous(self, request: ResponseRequest, owner: str) -> list[InputItem]:
-        """The stored input and output that ``previous_response_id`` continues."""
-        if request.previous_response_id is None or self.records is None:
-            return []
-        row = self.records.get(request.previous_response_id, owner)
-        if row is None:
-            raise LmspError(
-                "response_not_found",
-                f"no stored response {request.previous_response_id!r}",
-                param="previous_response_id",
-            )
-        response = Response.model_validate_json(row["response"])
-        return [*_CONTEXT.validate_json(row["context"]), *map(as_input_item, response.output)]
-
-    def _resolved(self, items: list[InputItem], owner: str) -> list[InputItem]:
-        """``items`` with each ``item_reference`` replaced by the stored item it names."""
-        resolved: list[InputItem] = []
-        for index, item in enumerate(items):
-            if not isinstance(item, ItemReference):
-                resolved.append(item)
-                continue
-            found = self._stored_item(item.id, owner)
-            if found is None:
-                raise LmspError(
-                    "response_not_found",
-                    f"no stored response has an item {item.id!r}",
-                    param=f"input[{index}].id",
-                )
-            resolved.append(found)
-        return resolved
-
-    def _stored_item(self, item_id: str, owner: str) -> InputItem | None:
-        if self.records is None:
-            return None
-        for row in self.records.with_item(item_id, owner):
-            response = Response.model_validate_json(row["response"])
-            for output in response.output:
-                if output.id == item_id:
-                    return as_input_item(output)
-            for known in _CONTEXT.validate_json(row["context"]):
-                if getattr(known, "id", None) == item_id:
-                    return known
-        return None
-
     def stored(self, response_id: str, owner: str) -> Response:
         """A response kept with ``store: true``; unknown or another owner's →
         ``response_not_found``."""
-        row = self.records.get(response_id, owner) if self.records is not None else None
-        if row is None:
-            raise LmspError("response_not_found", f"no stored response {response_id!r}")
-        return Response.model_validate_json(row["response"])
-
-    def _keep(self, run: ResponseRun) -> None:
-        assert self.records is not None
-        self.records.save(
-            response_id=run.id,
-            owner=run.owner,
-            at=run.created_at,
-            context=_CONTEXT.dump_json(run.context).decode(),
-            response=run.response().model_dump_json(),
-        )
+        return self.history.stored(response_id, owner)
 
     def _check_capabilities(self, request: ResponseRequest, entry: ModelEntry) -> None:
         needs: list[tuple[ModelCapability, str, bool]] = [
@@ -335,7 +222,7 @@ class ResponseService:
         if not run.request.store or self.records is None:
             return final
         try:
-            self._keep(run)
+            self.history.keep(run)
         except Exception:
             log.exception("response %s could not be stored", run.id)
             run.status, run.error = "failed", _internal("could not be stored")
@@ -421,7 +308,7 @@ class ResponseService:
                 output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens),
             )
             if done.reason == "stop":
-                run.error = _breach(run.plan, output)
+                run.error = breach(run.plan, output)
         if run.error is not None:
             run.status = "failed"
             problem = run.error.to_problem()
@@ -481,13 +368,6 @@ def _engine_problem(error: EngineError) -> LmspError:
     return LmspError("generation_failed", str(error))
 
 
-def _valid_json(text: str | None, schema: dict[str, Any]) -> bool:
-    try:
-        return valid(json.loads(text or ""), schema)
-    except json.JSONDecodeError:
-        return False
-
-
 def _internal(what: str) -> LmspError:
     """The error of a response that failed on the service's side (the log has the cause)."""
     return LmspError("internal_error", f"the response {what}; see the server log")
@@ -504,37 +384,3 @@ def with_instructions(messages: list[ChatMessage], instructions: str | None) -> 
         first = messages[0]
         return [ChatMessage("system", f"{instructions}\n\n{first.content}"), *messages[1:]]
     return [ChatMessage("system", instructions), *messages]
-
-
-def _dump(value: str | BaseModel) -> str | dict[str, Any]:
-    return value if isinstance(value, str) else value.model_dump(exclude_none=True)
-
-
-def _text_format(request: ResponseRequest) -> dict[str, Any]:
-    """The output format of ``request`` in the shape of the request's ``text.format``."""
-    if request.text is not None and request.text.format is not None:
-        return request.text.format.model_dump(by_alias=True, exclude_none=True)
-    response_format = request.response_format
-    if not isinstance(response_format, JsonSchemaFormat):
-        return {"type": "text"}
-    spec = response_format.json_schema
-    return {"type": "json_schema", **spec.model_dump(by_alias=True, exclude_none=True)}
-
-
-def _breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
-    """A complete output that breaks its contract (constrained decoding makes this impossible)."""
-    problems: list[str] = []
-    if decoding.schema is not None and not _valid_json(output.message_text, decoding.schema):
-        problems.append("the output is not JSON valid against the schema")
-    if decoding.mode is ContentMode.FORCED_CALL:
-        tools = {tool.name: tool for tool in decoding.callable_tools}
-        for item in output.items:
-            if isinstance(item, OutputFunctionCall):
-                tool = tools.get(item.name)
-                if tool is None or not _valid_json(item.arguments, tool.parameters):
-                    problems.append(f"the call of {item.name!r} does not validate")
-        if not any(isinstance(item, OutputFunctionCall) for item in output.items):
-            problems.append("no function call was produced")
-    if not problems:
-        return None
-    return LmspError("generation_failed", "; ".join(problems))

@@ -35,7 +35,8 @@ from ..protocol.requests import (
 from ..protocol.responses import Response
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .queue import Ticket
-from .responses import ResponseRun, ResponseService
+from .responses import ResponseService
+from .run import ResponseRun
 from .store import FinalState, StoredEvent, TaskRecords, now
 
 log = logging.getLogger(__name__)
