@@ -17,8 +17,8 @@ from ..protocol.chat_answers import (
     ChatStreamFrame,
 )
 from ..protocol.events import ResponseEvent
+from ..service.channel import Interrupted
 from ..service.store import StoredEvent
-from ..service.tasks import Interrupted
 from .base import LmspHandler
 
 #: A comment line alone: a blank line after it would make some clients see an empty event.

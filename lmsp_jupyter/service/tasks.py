@@ -23,7 +23,6 @@ from ..protocol.events import (
     ResponseCancelled,
     ResponseEvent,
     ResponseFailed,
-    StreamError,
 )
 from ..protocol.ids import new_id
 from ..protocol.requests import (
@@ -34,6 +33,7 @@ from ..protocol.requests import (
 )
 from ..protocol.responses import Response
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
+from .channel import Channel, Interrupted
 from .queue import Ticket
 from .responses import ResponseService
 from .run import ResponseRun
@@ -43,21 +43,6 @@ log = logging.getLogger(__name__)
 
 #: The first wait before a final event the store refused is tried again (it doubles).
 STORE_RETRY_SECONDS = 0.5
-
-
-@dataclass(frozen=True)
-class Interrupted:
-    """The ``error`` event that ends the live followers of a task whose events cannot be
-    stored for now. Its id is that of the last stored event (every event has one, 6.3): a
-    client that reconnects with it as its cursor resumes right after what was stored."""
-
-    problem: Problem
-    last_id: int
-
-    @property
-    def data(self) -> StreamError:
-        """The event's data."""
-        return StreamError(error=self.problem)
 
 
 _METADATA = TypeAdapter(Metadata)
@@ -72,46 +57,6 @@ def _metadata_filter(pairs: dict[str, str]) -> dict[str, str]:
         loc = error["loc"]
         param = f"metadata.{loc[0]}" if loc else "metadata"
         raise LmspError("invalid_request", f"{param}: {error['msg']}", param=param) from None
-
-
-class _Channel:
-    """The events of a live task, in order, for every follower."""
-
-    def __init__(self) -> None:
-        self.events: list[StoredEvent] = []
-        self.finished = False
-        self.interrupted: Interrupted | None = None
-        self._wake = asyncio.Event()
-
-    def publish(self, event: StoredEvent) -> None:
-        self.events.append(event)
-        self.finished = event.is_final
-        self._wake_all()
-
-    def interrupt(self, problem: Problem) -> None:
-        """End the live followers with an ``error`` event (the store fails)."""
-        self.interrupted = Interrupted(problem, self.events[-1].id if self.events else 0)
-        self._wake_all()
-
-    def _wake_all(self) -> None:
-        self._wake.set()
-        self._wake = asyncio.Event()
-
-    async def follow(self, after: int) -> AsyncIterator[StoredEvent | Interrupted]:
-        index = after
-        while True:
-            while index < len(self.events):
-                event = self.events[index]
-                index += 1
-                yield event
-                if event.is_final:
-                    return
-            if self.finished:  # a cursor past the final event: nothing more will come
-                return
-            if self.interrupted is not None:
-                yield self.interrupted
-                return
-            await self._wake.wait()
 
 
 @dataclass
@@ -143,7 +88,7 @@ class TaskService:
         self.event_retention_seconds = event_retention_seconds
         self.task_retention_seconds = task_retention_seconds
         self._live: dict[str, _Queued] = {}
-        self._channels: dict[str, _Channel] = {}
+        self._channels: dict[str, Channel] = {}
         self._closing = False
 
     # --- creating and running -------------------------------------------------------------
@@ -206,7 +151,7 @@ class TaskService:
         except BaseException:  # not stored: it gives its place in the line back
             queued.ticket.leave()
             raise
-        self._channels[queued.task_id] = _Channel()
+        self._channels[queued.task_id] = Channel()
         self._live[queued.task_id] = queued
         queued.worker = asyncio.create_task(self._work(queued))
         return self.get(queued.task_id, owner)

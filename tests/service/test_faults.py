@@ -23,6 +23,7 @@ from lmsp_jupyter.engine.generation import (
 from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, ResponseFailed
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.server.sse import sse_frame
+from lmsp_jupyter.service.channel import Interrupted
 from lmsp_jupyter.service.idempotency import Action, Claim, IdempotencyKeys
 from lmsp_jupyter.service.store import (
     IdempotencyRecords,
@@ -31,7 +32,7 @@ from lmsp_jupyter.service.store import (
     TaskRecords,
     store_problem,
 )
-from lmsp_jupyter.service.tasks import Interrupted, TaskService
+from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
 from tests.service.helpers import (
