@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Generic, Self, TypeVar
 
 import httpx
 
@@ -29,16 +29,18 @@ def _location(base_url: str | None, token: str | None) -> tuple[str, str | None]
     return base_url.rstrip("/"), token
 
 
-class LmspClient:
-    """A blocking client of an LMSP 1.0 service.
+#: The transport a client takes (``transport=``) and the httpx client it opens with it.
+TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
+HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
 
-    With no ``base_url`` it finds the service itself (:func:`discover`). Every method raises
-    :class:`ProblemError` for a problem document and :class:`ServiceUnreachable` when the
-    service cannot be reached; only :meth:`task_events` reconnects by itself.
-    """
+
+class _BaseClient(Generic[TransportT, HttpT]):
+    """What both clients share: where the service is, with which token, and how they open."""
 
     #: Reconnections in a row without a new event before :meth:`task_events` gives up.
     reconnect_attempts = RECONNECT_ATTEMPTS
+    #: The httpx client class: blocking or async.
+    _http_class: Callable[..., HttpT]
 
     def __init__(
         self,
@@ -46,10 +48,10 @@ class LmspClient:
         token: str | None = None,
         *,
         timeout: float = 60.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: TransportT | None = None,
     ) -> None:
         self._base_url, token = _location(base_url, token)
-        self._http = httpx.Client(
+        self._http: HttpT = self._http_class(
             base_url=self._base_url,
             headers=_wire.default_headers(token),
             timeout=timeout,
@@ -60,6 +62,17 @@ class LmspClient:
     def base_url(self) -> str:
         """The LMSP root, e.g. ``http://127.0.0.1:8888/lmsp/v1``."""
         return self._base_url
+
+
+class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
+    """A blocking client of an LMSP 1.0 service.
+
+    With no ``base_url`` it finds the service itself (:func:`discover`). Every method raises
+    :class:`ProblemError` for a problem document and :class:`ServiceUnreachable` when the
+    service cannot be reached; only :meth:`task_events` reconnects by itself.
+    """
+
+    _http_class = httpx.Client
 
     def service(self) -> ServiceDocument:
         """The service document: version, capabilities and scopes."""
@@ -150,32 +163,10 @@ class LmspClient:
             time.sleep(delay)
 
 
-class AsyncLmspClient:
+class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
     """An asyncio client of an LMSP 1.0 service: :class:`LmspClient` with ``async`` methods."""
 
-    #: Reconnections in a row without a new event before :meth:`task_events` gives up.
-    reconnect_attempts = RECONNECT_ATTEMPTS
-
-    def __init__(
-        self,
-        base_url: str | None = None,
-        token: str | None = None,
-        *,
-        timeout: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._base_url, token = _location(base_url, token)
-        self._http = httpx.AsyncClient(
-            base_url=self._base_url,
-            headers=_wire.default_headers(token),
-            timeout=timeout,
-            transport=transport,
-        )
-
-    @property
-    def base_url(self) -> str:
-        """The LMSP root, e.g. ``http://127.0.0.1:8888/lmsp/v1``."""
-        return self._base_url
+    _http_class = httpx.AsyncClient
 
     async def service(self) -> ServiceDocument:
         """The service document: version, capabilities and scopes."""
