@@ -13,6 +13,12 @@ from typing import Any, Protocol, runtime_checkable
 from .catalog import ModelEntry
 from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
 
+#: What a prompt is rendered from (``render``): the conversation, the tools
+#: offered, and the JSON Schema decoding will hold the output to (``None``: free text).
+Messages = Sequence[ChatMessage]
+Tools = Sequence[ToolSpec]
+OutputSchema = dict[str, Any] | None
+
 
 class ModelIndex(Protocol):
     """Where model entries come from: the local catalog, remote servers, or both."""
@@ -68,11 +74,7 @@ class GenerationBackend(Protocol):
         ...
 
     async def render(
-        self,
-        entry: ModelEntry,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        schema: dict[str, Any] | None = None,
+        self, entry: ModelEntry, messages: Messages, tools: Tools = (), schema: OutputSchema = None
     ) -> Prompt:
         """The prompt for ``messages`` and ``tools``, checked before any generation; a
         ``schema`` (what ``SamplingParams.schema`` will enforce) the backend cannot enforce

@@ -19,6 +19,7 @@ import httpx
 
 from ..protocol.errors import LmspError
 from ..protocol.models import ModelCapability
+from .backend import Messages, OutputSchema, Tools
 from .catalog import DEFAULT_CONTEXT_LENGTH, ModelEntry
 from .generation import (
     CancelToken,
@@ -184,26 +185,8 @@ class RemoteEngine:
         """Whether the configuration says its models reason between ``<think>`` tags."""
         return "reasoning" in (self.server.capabilities or ())
 
-    def is_loaded(self, model_id: str) -> bool:
-        """Never: the server owns its memory; its models are ``available`` while it answers."""
-        return False
-
-    def footprint(self, entry: ModelEntry) -> int:
-        """None of this process's memory: the server holds the model."""
-        return 0
-
-    async def load(self, entry: ModelEntry) -> None:
-        """Nothing to load here: the server loads its models itself."""
-
-    async def unload(self, model_id: str) -> None:
-        """Nothing to free here."""
-
     async def render(
-        self,
-        entry: ModelEntry,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        schema: dict[str, Any] | None = None,
+        self, entry: ModelEntry, messages: Messages, tools: Tools = (), schema: OutputSchema = None
     ) -> Prompt:
         """The messages and tools to send; the server renders them with its own template.
 
@@ -363,6 +346,24 @@ class RemoteEngine:
         log.info("remote server %r takes schemas as json_object", self.server.name)
         self._format = "json_object"
         return True
+
+    # --- what the server does for itself -------------------------------------------------------
+
+    def is_loaded(self, model_id: str) -> bool:
+        """Never: the server owns its memory; its models are ``available`` while it answers."""
+        return False
+
+    def footprint(self, entry: ModelEntry) -> int:
+        """None of this process's memory: the server holds the model."""
+        return 0
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Nothing to load here: the server loads its models itself."""
+
+    async def unload(self, model_id: str) -> None:
+        """Nothing to free here."""
+
+    # --- the connection ------------------------------------------------------------------------
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
-from .backend import GenerationBackend
+from .backend import GenerationBackend, Messages, OutputSchema, Tools
 from .catalog import ModelCatalog, ModelEntry
-from .generation import CancelToken, ChatMessage, GenerationEvent, Prompt, SamplingParams, ToolSpec
+from .generation import CancelToken, GenerationEvent, Prompt, SamplingParams
 from .remote import RemoteEngine
 
 
@@ -96,11 +95,7 @@ class EngineRouter:
         await (remote.unload(model_id) if remote is not None else self.local.unload(model_id))
 
     async def render(
-        self,
-        entry: ModelEntry,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        schema: dict[str, Any] | None = None,
+        self, entry: ModelEntry, messages: Messages, tools: Tools = (), schema: OutputSchema = None
     ) -> Prompt:
         """The prompt of ``entry``'s engine."""
         return await self._engine(entry).render(entry, messages, tools, schema)

@@ -18,6 +18,7 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
+from .backend import Messages, OutputSchema, Tools
 from .batching import GenerationRequest, ModelWorker, WorkerSettings
 from .catalog import ModelEntry
 from .generation import (
@@ -185,11 +186,7 @@ class Engine(LoggingConfigurable):
         return THINK_OPEN in template_source(entry)
 
     async def render(
-        self,
-        entry: ModelEntry,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        schema: dict[str, Any] | None = None,
+        self, entry: ModelEntry, messages: Messages, tools: Tools = (), schema: OutputSchema = None
     ) -> Prompt:
         """The model's prompt for ``messages`` (and ``tools``) through its chat template,
         tokenized; a ``schema`` llguidance cannot compile for the model raises ``GrammarError``."""

@@ -7,23 +7,14 @@ import hmac
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from ..protocol.errors import LmspError
 from ..protocol.models import Scope
 from ..service.run import OWNER
 
 #: Everything but ``tools:execute``, which this service grants to no one.
-JUPYTER_SCOPES: frozenset[Scope] = frozenset(
-    {
-        "models:read",
-        "models:write",
-        "responses:read",
-        "responses:write",
-        "tasks:read",
-        "tasks:write",
-    }
-)
+JUPYTER_SCOPES: frozenset[Scope] = frozenset(get_args(Scope)) - {"tools:execute"}
 _BEARER = re.compile(r"^bearer\s+(\S+)\s*$", re.IGNORECASE)
 
 

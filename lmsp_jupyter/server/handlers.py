@@ -7,9 +7,11 @@ OpenAPI document is built from :data:`default_handlers`.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from .. import __version__
 from ..protocol.errors import LmspError
-from ..protocol.models import AuthInfo, ServiceDocument, ServiceInfo
+from ..protocol.models import AuthInfo, Capability, ServiceDocument, ServiceInfo
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
 from .openapi import OpenApiHandler
@@ -38,14 +40,7 @@ class ServiceHandler(LmspHandler):
     def get(self) -> None:
         document = ServiceDocument(
             service=ServiceInfo(name="lmsp-jupyter", version=__version__),
-            capabilities=[
-                "streaming",
-                "tasks",
-                "conversations",
-                "tools",
-                "structured_output",
-                "reasoning",
-            ],
+            capabilities=list(get_args(Capability)),  # every one LMSP 1.0 defines
             auth=AuthInfo(scopes=sorted(JUPYTER_SCOPES)),
         )
         self.write_model(document)
