@@ -138,10 +138,10 @@ class ResponsesHandler(_CreatingHandler):
         return 200, queued[0]
 
     async def _replay(self, body: str) -> None:
-        if self.json_body().get("background") is True:
+        if self.json_body().get("background") is True:  # the task's events again
             owner = self.principal.owner
             task_id = self.tasks.task_of_response(Response.model_validate_json(body).id, owner)
-            await self.send_events(self.tasks.follow(task_id, owner, 0))
+            await self.event_stream().send(self.tasks.follow(task_id, owner, 0))
         else:
             await super()._replay(body)
 
