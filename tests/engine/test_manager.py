@@ -21,6 +21,7 @@ from lmsp_jupyter.engine.manager import RETRY_AFTER_SECONDS, ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.errors import LmspError
+from tests.helpers import eventually_async
 
 THREADS = min(os.cpu_count() or 1, 4)
 CONTEXT = 512
@@ -66,11 +67,11 @@ def room_for_one(engine: Engine, models: tuple[ModelEntry, ...]) -> ModelManager
 async def wait_for(check: Callable[[], bool], what: str, limit: float = 120) -> None:
     """Poll ``check`` until true; fail saying ``what`` (a bound for a broken build, not a
     timing claim)."""
-    deadline = time.monotonic() + limit
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {limit} s")
-        await asyncio.sleep(0.05)
+
+    async def checked() -> bool:
+        return check()
+
+    await eventually_async(checked, within=limit, what=what)
 
 
 async def test_an_idle_model_is_unloaded_after_its_keep_alive_and_its_memory_returned(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from lmsp_jupyter.engine.batching import ModelWorker
 from lmsp_jupyter.engine.generation import StopReason
 from tests.conftest import MODEL, start_server, stop_server
+from tests.helpers import eventually_async
 from tests.server.helpers import parse_sse
 
 
@@ -99,10 +99,11 @@ async def test_disconnect_stops_generation_and_frees_the_model(
             deltas += line == "event: response.output_text.delta"
             if deltas == 3:
                 break
-    for _ in range(600):
-        if finished:
-            break
-        await asyncio.sleep(0.1)
+
+    async def generation_ended() -> bool:
+        return bool(finished)
+
+    await eventually_async(generation_ended, interval=0.1, what="the generation ended")
     [(reason, generated)] = finished
     assert reason == "cancelled"
     assert generated < 4000

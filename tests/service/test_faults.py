@@ -35,6 +35,7 @@ from lmsp_jupyter.service.store import (
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
+from tests.helpers import eventually_async
 from tests.service.helpers import (
     DELTA,
     MESSAGE_DONE,
@@ -138,11 +139,10 @@ async def follow_all(tasks: TaskService, task_id: str, after: int = 0) -> list[A
 
 
 async def wait_final(tasks: TaskService, task_id: str) -> None:
-    for _ in range(500):
-        if tasks.get(task_id, "jupyter").status not in ("queued", "in_progress"):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the task never ended")
+    async def ended() -> bool:
+        return tasks.get(task_id, "jupyter").status not in ("queued", "in_progress")
+
+    await eventually_async(ended, interval=0.02, what=f"task {task_id} ended")
 
 
 async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: Path) -> None:
