@@ -31,13 +31,15 @@ def prompt_pass_size(left: int) -> int:
 def decode_passes(ids: list[int]) -> list[range]:
     """The passes that read the sampled tokens of the sequences ``ids`` (in order): runs of
     consecutive sequence ids, as llama.cpp reads a pass across streams only for consecutive
-    sequences, of 2 to ``DECODE_PASS_TOKENS``; the sequences between or after those in ``ids``
-    get padding tokens (the one after the last slot is the pad sequence)."""
+    sequences, of 2 to ``DECODE_PASS_TOKENS``, as few and as even as can be (a pass's time grows
+    faster than its number of sequences); the sequences between or after those in ``ids`` get
+    padding tokens (the one after the last slot is the pad sequence)."""
+    longest = -(-len(ids) // -(-len(ids) // DECODE_PASS_TOKENS)) if ids else 0
     passes: list[range] = []
     first = 0
     while first < len(ids):
         last = first
-        while last + 1 < len(ids) and ids[last + 1] < ids[first] + DECODE_PASS_TOKENS:
+        while last + 1 < len(ids) and ids[last + 1] < ids[first] + longest:
             last += 1
         passes.append(range(ids[first], max(ids[last] + 1, ids[first] + 2)))
         first = last + 1

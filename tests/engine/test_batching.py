@@ -298,14 +298,15 @@ async def test_top_k_1_is_greedy_at_any_temperature(
     ("ids", "passes"),
     [
         ([0, 1, 2, 3], [range(0, 4)]),
-        ([0, 2, 3, 5], [range(0, 6)]),  # pads for the prompts or idle slots between
+        ([0, 2, 3, 5], [range(0, 4), range(5, 7)]),  # pads for prompts or idle slots between
+        (list(range(7)), [range(0, 7)]),
         ([3], [range(3, 5)]),  # a lone token gets a pad beside it
         ([7], [range(7, 9)]),  # the last slot's pad goes to the pad sequence
-        (list(range(8)), [range(0, 7), range(7, 9)]),
-        ([0, 6, 7], [range(0, 7), range(7, 9)]),
+        (list(range(8)), [range(0, 4), range(4, 8)]),  # even: 4 + 4 is faster than 7 + 1
+        ([0, 6, 7], [range(0, 2), range(6, 8)]),
     ],
 )
-def test_decode_passes_cover_consecutive_sequences_of_2_to_7(
+def test_decode_passes_are_few_even_runs_of_2_to_7_consecutive_sequences(
     ids: list[int], passes: list[range]
 ) -> None:
     assert decode_passes(ids) == passes
