@@ -65,6 +65,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["kind count 2xx 4xx 5xx other ended p50 ms p99 ms max ms"],
         ["10 connections in ", "p99 first-event latency, ", "server peak RSS: "],
     ),
+    "pass_sizes": (
+        "--tokens 16 --rounds 1",
+        [],
+        ["bundled model, 16 tokens", "prompt passes of 8 ", "32 prompt tokens "],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],

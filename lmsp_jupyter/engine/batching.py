@@ -33,7 +33,7 @@ from .generation import (
 )
 from .guidance import SchemaMatcher
 from .llama import BatchToken, LlamaModel, TokenSampler
-from .passes import PROMPT_PASS_MIN, decode_passes, prompt_pass_size
+from .passes import PROMPT_PASS_MIN, decode_chunk_sizes, decode_passes, prompt_pass_size
 from .stops import HeldText
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,13 @@ class _Sequence:
     slot: _Slot | None = None
     cached_tokens: int = 0
     generated: int = 0
+
+    @property
+    def pending(self) -> int:
+        """Tokens not yet in the cache: the prompt's rest, or the last sampled token and any
+        the schema forced after it."""
+        assert self.slot is not None
+        return len(self.tokens) - len(self.slot.tokens)
 
     @property
     def prompt_left(self) -> int:
@@ -298,8 +305,14 @@ class ModelWorker:
                 size = prompt_pass_size(sequence.prompt_left)
                 self._prompt_pass(sequence, size)
                 budget -= size
-        for ids in decode_passes([_slot_id(s) for s in decoding]):
-            self._decode_pass(ids)
+        singles: dict[int, _Sequence] = {}
+        for sequence in decoding:
+            if sequence.pending == 1:
+                singles[_slot_id(sequence)] = sequence
+            else:
+                self._forced_passes(sequence)
+        for ids in decode_passes(sorted(singles)):
+            self._decode_pass(ids, singles)
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
         """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass, padded to
@@ -325,17 +338,35 @@ class ModelWorker:
         if last:
             self._advance(sequence, sequence.sampler.next(size - 1))
 
-    def _decode_pass(self, ids: range) -> None:
-        """Evaluate, in one pass, the last sampled token of each decoding sequence whose slot is
-        in ``ids`` and a padding token for each other sequence there (their cache is dropped
-        right after), then sample each decoding sequence."""
+    def _forced_passes(self, sequence: _Sequence) -> None:
+        """Evaluate a sampled token and the tokens the schema forced after it, in passes of 2
+        to ``DECODE_PASS_TOKENS`` tokens of ``sequence`` (the range sampled tokens are read
+        in), then sample it."""
+        assert self._model is not None and sequence.slot is not None
+        slot = sequence.slot
+        for size in decode_chunk_sizes(sequence.pending):
+            start = len(slot.tokens)
+            last = start + size == len(sequence.tokens)
+            self._model.decode(
+                [
+                    BatchToken(sequence.tokens[p], p, slot.id, last and p == start + size - 1)
+                    for p in range(start, start + size)
+                ]
+            )
+            slot.tokens.extend(sequence.tokens[start : start + size])
+        self._advance(sequence, sequence.sampler.next(size - 1))
+
+    def _decode_pass(self, ids: range, decoding: dict[int, _Sequence]) -> None:
+        """Evaluate, in one pass, the last sampled token of each sequence of ``decoding``
+        whose slot is in ``ids`` and a padding token for each other sequence there (their
+        cache is dropped right after), then sample each decoding sequence."""
         assert self._model is not None
         batch: list[BatchToken] = []
         rows: list[tuple[_Sequence, int]] = []
         for id in ids:
             slot = self._slots[id] if id < len(self._slots) else None
-            sequence = slot.sequence if slot is not None else None
-            if slot is not None and sequence is not None and not sequence.prompt_left:
+            sequence = decoding.get(id)
+            if slot is not None and sequence is not None:
                 position = len(slot.tokens)
                 rows.append((sequence, len(batch)))
                 batch.append(BatchToken(sequence.tokens[position], position, id, True))

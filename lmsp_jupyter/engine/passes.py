@@ -28,6 +28,14 @@ def prompt_pass_size(left: int) -> int:
     return -(-left // passes)
 
 
+def decode_chunk_sizes(count: int) -> list[int]:
+    """``count`` (2 or more) tokens of one sequence, a sampled token and those its schema
+    forced, in as few passes of 2 to ``DECODE_PASS_TOKENS`` as can hold them, as even as can be."""
+    passes = -(-count // DECODE_PASS_TOKENS)
+    size, extra = divmod(count, passes)
+    return [size + 1] * extra + [size] * (passes - extra)
+
+
 def decode_passes(ids: list[int]) -> list[range]:
     """The passes that read the sampled tokens of the sequences ``ids`` (in order): runs of
     consecutive sequence ids, as llama.cpp reads a pass across streams only for consecutive
