@@ -16,25 +16,20 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from .catalog import ModelEntry
 from .generation import (
-    CancelToken,
     EngineError,
     GenerationDone,
-    GenerationEvent,
-    Prompt,
-    SamplingParams,
     StopReason,
     TextDelta,
 )
-from .guidance import SchemaMatcher
 from .llama import BatchToken, LlamaModel, TokenSampler
 from .passes import PROMPT_PASS_MIN, decode_chunk_sizes, decode_passes, prompt_pass_size
 from .stops import HeldText
+from .work import GenerationRequest, WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -44,29 +39,6 @@ PROMPT_TOKENS_WHILE_DECODING = 32
 #: Prompt tokens one step evaluates when no sequence decodes; bounds how long a new request
 #: or a cancellation waits for the step in progress.
 PROMPT_TOKENS_ALONE = 128
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """How one model is loaded and run."""
-
-    #: The window each request must fit in; the KV cache holds as many tokens, shared.
-    context_size: int
-    parallel: int
-    threads: int
-    batch_size: int
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """What a consumer asks the worker for, and where its events go (from the worker thread)."""
-
-    prompt: Prompt
-    params: SamplingParams
-    cancel: CancelToken
-    emit: Callable[[GenerationEvent | BaseException], None]
-    #: Where the sequence stands in ``params.schema``, when it has one.
-    matcher: SchemaMatcher | None = None
 
 
 class _Load:

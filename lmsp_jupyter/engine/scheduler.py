@@ -19,7 +19,7 @@ from typing import Any
 from traitlets.config import LoggingConfigurable
 
 from .backend import Messages, OutputSchema, Tools
-from .batching import GenerationRequest, ModelWorker, WorkerSettings
+from .batching import ModelWorker
 from .catalog import ModelEntry
 from .generation import (
     CancelToken,
@@ -36,6 +36,7 @@ from .guidance import SchemaMatcher
 from .llama import LlamaTokenizer
 from .memory import footprint
 from .templates import THINK_OPEN, ChatTemplate, fallback_template
+from .work import GenerationRequest, WorkerSettings
 
 log = logging.getLogger(__name__)
 
