@@ -288,45 +288,43 @@ class ModelWorker:
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
         """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass, padded to
-        ``PROMPT_PASS_MIN`` tokens with positions after the prompt's end (a prompt shorter
-        than that; their cache is dropped right after); sample it once its prompt is read."""
-        assert self._model is not None and sequence.slot is not None
-        slot = sequence.slot
-        start = len(slot.tokens)
-        last = start + size == len(sequence.tokens)
-        batch = [
-            BatchToken(sequence.tokens[p], p, slot.id, last and p == start + size - 1)
-            for p in range(start, start + size)
-        ]
-        end = start + size
-        batch += [BatchToken(0, p, slot.id, False) for p in range(end, start + PROMPT_PASS_MIN)]
-        try:
-            self._model.decode(batch)
-        finally:
-            if len(batch) > size:
-                self._model.forget(slot.id, end)
-        slot.tokens.extend(sequence.tokens[start:end])
-        slot.prompted = len(slot.tokens)
-        if last:
+        ``PROMPT_PASS_MIN`` tokens (a prompt shorter than that); sample it once its prompt is
+        read."""
+        assert sequence.slot is not None
+        read = self._read(sequence, size, PROMPT_PASS_MIN)
+        sequence.slot.prompted = len(sequence.slot.tokens)
+        if read:
             self._advance(sequence, sequence.sampler.next(size - 1))
 
     def _forced_passes(self, sequence: _Sequence) -> None:
         """Evaluate a sampled token and the tokens the schema forced after it, in passes of 2
         to ``DECODE_PASS_TOKENS`` tokens of ``sequence`` (the range sampled tokens are read
         in), then sample it."""
+        for size in decode_chunk_sizes(sequence.pending):
+            self._read(sequence, size)
+        self._advance(sequence, sequence.sampler.next(size - 1))
+
+    def _read(self, sequence: _Sequence, size: int, pad_to: int = 0) -> bool:
+        """Evaluate the next ``size`` pending tokens of ``sequence`` in one pass of its own,
+        padded to ``pad_to`` tokens with positions after them (their cache is dropped right
+        after); whether that read all its pending tokens (the last one's logits are kept, at
+        index ``size - 1``)."""
         assert self._model is not None and sequence.slot is not None
         slot = sequence.slot
-        for size in decode_chunk_sizes(sequence.pending):
-            start = len(slot.tokens)
-            last = start + size == len(sequence.tokens)
-            self._model.decode(
-                [
-                    BatchToken(sequence.tokens[p], p, slot.id, last and p == start + size - 1)
-                    for p in range(start, start + size)
-                ]
-            )
-            slot.tokens.extend(sequence.tokens[start : start + size])
-        self._advance(sequence, sequence.sampler.next(size - 1))
+        start, end = len(slot.tokens), len(slot.tokens) + size
+        last = end == len(sequence.tokens)
+        batch = [
+            BatchToken(sequence.tokens[p], p, slot.id, last and p == end - 1)
+            for p in range(start, end)
+        ]
+        batch += [BatchToken(0, p, slot.id, False) for p in range(end, start + pad_to)]
+        try:
+            self._model.decode(batch)
+        finally:
+            if len(batch) > size:
+                self._model.forget(slot.id, end)
+        slot.tokens.extend(sequence.tokens[start:end])
+        return last
 
     def _decode_pass(self, ids: range, decoding: dict[int, _Sequence]) -> None:
         """Evaluate, in one pass, the last sampled token of each sequence of ``decoding``
