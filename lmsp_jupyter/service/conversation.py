@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from ..engine.generation import ChatMessage
 from ..protocol.errors import LmspError
 from ..protocol.items import FunctionCall, FunctionCallOutput, InputItem, InputMessage
+from .toolcalls import loads_or
 
 
 def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
@@ -23,10 +22,12 @@ def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
             messages.append(ChatMessage(role=item.role, content=item.text()))
         elif isinstance(item, FunctionCall):
             call_ids.add(item.call_id)
+            # templates expect the arguments as an object; text that is not JSON stays as it is
+            arguments = loads_or(item.arguments, item.arguments)
             call = {
                 "id": item.call_id,
                 "type": "function",
-                "function": {"name": item.name, "arguments": _arguments(item.arguments)},
+                "function": {"name": item.name, "arguments": arguments},
             }
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant" and last.tool_calls:
@@ -42,11 +43,3 @@ def chat_messages(items: Sequence[InputItem]) -> list[ChatMessage]:
                 )
             messages.append(ChatMessage("tool", item.output, tool_call_id=item.call_id))
     return messages
-
-
-def _arguments(arguments: str) -> Any:
-    """Templates expect the arguments as an object; keep text that is not JSON as it is."""
-    try:
-        return json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments

@@ -49,27 +49,28 @@ def _objects(text: str) -> list[Any] | None:
         bodies = _HERMES.findall(text)
         if not bodies or _HERMES.sub("", text).strip():
             return None
-        return [_json(body) for body in bodies]
+        return [loads_or(body) for body in bodies]
     if text.startswith("[TOOL_CALLS]"):
         named = _MISTRAL_ARGS.fullmatch(text)
         if named is not None:
-            return [{"name": named[1], "arguments": _json(named[2])}]
-        value = _json(text.removeprefix("[TOOL_CALLS]"))
+            return [{"name": named[1], "arguments": loads_or(named[2])}]
+        value = loads_or(text.removeprefix("[TOOL_CALLS]"))
         return value if isinstance(value, list) else None
     for prefix in ("<|python_tag|>", "<|tool_call|>"):
         if text.startswith(prefix):
-            value = _json(text.removeprefix(prefix))
+            value = loads_or(text.removeprefix(prefix))
             return value if isinstance(value, list) else [value]
     if text.startswith("{"):
-        return [_json(text)]
+        return [loads_or(text)]
     return None
 
 
-def _json(text: str) -> Any:
+def loads_or(text: str, fallback: Any = None) -> Any:
+    """The JSON value ``text`` holds, or ``fallback`` when it is not JSON."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        return None
+        return fallback
 
 
 def _call(obj: Any, tools: Sequence[FunctionTool]) -> ParsedCall | None:
@@ -78,7 +79,7 @@ def _call(obj: Any, tools: Sequence[FunctionTool]) -> ParsedCall | None:
         return None
     arguments = obj.get("arguments", obj.get("parameters"))
     if isinstance(arguments, str):
-        arguments = _json(arguments)
+        arguments = loads_or(arguments)
     tool = next((t for t in tools if t.name == obj["name"]), None)
     if tool is None or not isinstance(arguments, dict) or not valid(arguments, tool.parameters):
         return None
