@@ -55,35 +55,21 @@ export function emptyRound(taskId: string): IRoundView {
   };
 }
 
+/** The text of a message's content parts or of a reasoning summary's parts, joined. */
+function partsText(parts: readonly { text?: string | null }[] | null | undefined): string {
+  return (parts ?? []).map(part => part.text ?? '').join('');
+}
+
 /** The view of an output item delivered whole. */
 export function itemView(item: OutputItem, outputIndex: number, done: boolean): IItemView {
+  const shared = { id: item.id, type: item.type, outputIndex, done };
   switch (item.type) {
     case 'message':
-      return {
-        id: item.id,
-        type: 'message',
-        outputIndex,
-        done,
-        text: (item.content ?? []).map(part => part.text ?? '').join('')
-      };
+      return { ...shared, text: partsText(item.content) };
     case 'reasoning':
-      return {
-        id: item.id,
-        type: 'reasoning',
-        outputIndex,
-        done,
-        text: (item.summary ?? []).map(part => part.text ?? '').join('')
-      };
+      return { ...shared, text: partsText(item.summary) };
     case 'function_call':
-      return {
-        id: item.id,
-        type: 'function_call',
-        outputIndex,
-        done,
-        text: item.arguments ?? '',
-        name: item.name,
-        callId: item.call_id
-      };
+      return { ...shared, text: item.arguments ?? '', name: item.name, callId: item.call_id };
   }
 }
 
