@@ -18,9 +18,9 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from traitlets import Float, Int, default
+from traitlets import Float, Int, TraitType, default
 from traitlets.config import LoggingConfigurable
 
 from ..protocol.errors import LmspError
@@ -38,6 +38,7 @@ DEFAULT_MAX_LOADED_MODELS = 3
 RETRY_AFTER_SECONDS = 5
 
 Residency = Literal["loading", "loaded", "unloading"]
+_Trait = TypeVar("_Trait", bound=TraitType[Any, Any])
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,13 @@ def default_memory_budget() -> int:
     return int(physical_memory() * DEFAULT_MEMORY_SHARE)
 
 
+def app_setting(trait: _Trait) -> _Trait:
+    """``trait`` as a setting of the manager that defaults to the parent application's setting
+    of the same name (its ``@default`` reads it); one set on the manager wins over that."""
+    trait.help += " Default: LmspApp's setting of the same name; set here, it wins over that."
+    return trait.tag(config=True, app_setting=True)
+
+
 def _mb(size: int) -> str:
     return f"{size / 1e6:,.0f} MB"
 
@@ -87,20 +95,13 @@ class ModelManager(LoggingConfigurable):
     ``root_dir`` from the server; one configured on the manager itself wins.
     """
 
-    keep_alive_seconds = Float(
-        help="Seconds a loaded model stays in memory with nothing running or waiting on it. "
-        "Default: LmspApp.keep_alive_seconds; set here, it wins over that.",
-    ).tag(config=True)
-
-    max_loaded_models = Int(
-        help="Most models in memory at once. Default: LmspApp.max_loaded_models; set here, "
-        "it wins over that.",
-    ).tag(config=True)
-
-    memory_budget_bytes = Int(
-        help="Memory loaded models may take together, by their estimated footprint. "
-        "Default: LmspApp.memory_budget_bytes; set here, it wins over that.",
-    ).tag(config=True)
+    keep_alive_seconds = app_setting(
+        Float(help="Seconds a loaded model stays in memory with nothing running or waiting on it.")
+    )
+    max_loaded_models = app_setting(Int(help="Most models in memory at once."))
+    memory_budget_bytes = app_setting(
+        Int(help="Memory loaded models may take together, by their estimated footprint.")
+    )
 
     @default("keep_alive_seconds")
     def _default_keep_alive(self) -> float:

@@ -23,7 +23,7 @@ _COMPUTED_DEFAULTS = {
     "LmspApp.memory_budget_bytes": f"{DEFAULT_MEMORY_SHARE:.0%} of the machine's physical RAM",
     **{
         f"ModelManager.{name}": f"`LmspApp.{name}`"
-        for name in ("keep_alive_seconds", "max_loaded_models", "memory_budget_bytes")
+        for name in ModelManager.class_trait_names(app_setting=True)
     },
 }
 
