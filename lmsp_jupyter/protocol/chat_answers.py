@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -23,6 +23,8 @@ from .events import (
 )
 from .items import OutputFunctionCall, OutputMessage, OutputReasoning
 from .responses import Response, Usage
+
+Choice = TypeVar("Choice", bound=BaseModel)
 
 
 class ChatUsage(BaseModel):
@@ -54,16 +56,24 @@ class ChatChoice(BaseModel):
     logprobs: None = None
 
 
-class ChatCompletion(BaseModel):
-    """``chat.completion``: the answer to a chat request."""
+class _ChatObject(BaseModel, Generic[Choice]):
+    """What a ``chat.completion`` and its chunks have alike, in OpenAI's order: the
+    subclasses name their ``object`` (and a completion always carries ``usage``)."""
 
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int
     model: str
-    choices: list[ChatChoice]
-    usage: ChatUsage | None
+    choices: list[Choice]
+    usage: ChatUsage | None = None
     system_fingerprint: None = None
+
+
+class ChatCompletion(_ChatObject[ChatChoice]):
+    """``chat.completion``: the answer to a chat request."""
+
+    object: Literal["chat.completion"] = "chat.completion"
+    usage: ChatUsage | None
 
 
 class ChunkDelta(BaseModel):
@@ -84,16 +94,10 @@ class ChunkChoice(BaseModel):
     logprobs: None = None
 
 
-class ChatCompletionChunk(BaseModel):
+class ChatCompletionChunk(_ChatObject[ChunkChoice]):
     """``chat.completion.chunk``: one piece of a streamed answer."""
 
-    id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: ChatUsage | None = None
-    system_fingerprint: None = None
 
 
 class ChatStreamError(BaseModel):
