@@ -30,7 +30,7 @@ from ..engine.manager import (
 )
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import EngineRouter
-from ..engine.scheduler import DEFAULT_PARALLEL, Engine, EngineSettings
+from ..engine.scheduler import Engine, EngineSettings
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
@@ -39,6 +39,9 @@ from ..service.tasks import TaskService
 from .auth import ScopedTokens
 from .handlers import default_handlers
 from .sse import SLOW_CLIENT_SECONDS
+
+#: The engine's own defaults, which the engine settings below offer.
+ENGINE_DEFAULTS = EngineSettings()
 
 
 class PathList(List[str]):
@@ -148,25 +151,25 @@ class LmspApp(ExtensionApp):
     ).tag(config=True)
 
     context_size = Int(
-        8192,
+        ENGINE_DEFAULTS.context_size,
         help="Context window in tokens given to each loaded model, capped by what the model "
         "was trained for. 0: the model's full trained context.",
     ).tag(config=True)
 
     threads = Int(
-        os.cpu_count() or 1,
+        ENGINE_DEFAULTS.threads,
         help="CPU threads llama.cpp uses per model, for prompts and generation alike. "
         "Default: every core (llama-cpp-python's own default, half of them, is slower).",
     ).tag(config=True)
 
     batch_size = Int(
-        512,
+        ENGINE_DEFAULTS.batch_size,
         help="Most tokens one step of a model evaluates: the running requests' next tokens "
         "and chunks of new prompts (while requests stream, prompts take at most 32 a step).",
     ).tag(config=True)
 
     parallel = Int(
-        DEFAULT_PARALLEL,
+        ENGINE_DEFAULTS.parallel,
         help="Requests one model generates at once, direct requests and tasks alike, in one "
         "batch per step; more wait in line. Each has a KV cache of context_size tokens (and "
         "one more for padding), which a finished request leaves for the next with its prefix.",
