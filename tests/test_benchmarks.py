@@ -68,7 +68,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "pass_sizes": (
         "--tokens 16 --rounds 1",
         [],
-        ["bundled model, 16 tokens", "prompt passes of 8 ", "32 prompt tokens "],
+        ["bundled model, 16 tokens", "decode: 1 token beside 7 sequences ", "48 prompt tokens "],
     ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",

@@ -1,13 +1,14 @@
 """Continuous batching of one model: a worker thread, its sequences, their KV cache slots.
 
-Each step the worker evaluates chunks of new prompts (8 to 32 tokens a pass) and every other
-running sequence's next token (the sequences' next tokens side by side, 2 to 7 a pass), samples
-each sequence as soon as its pass is read and hands its text to the consumer; ``engine/llama.py``
-says why passes have these sizes. Each slot is a sequence of the llama.cpp context with its own
+Each step the worker evaluates chunks of new prompts (up to 48 tokens a pass) and every other
+running sequence's next token (side by side in one pass), samples each sequence as soon as its
+pass is read and hands its text to the consumer; ``engine/passes.py`` says why passes have these
+shapes. Each slot is a sequence of the llama.cpp context with its own
 KV cache, its cells in position order.
 A request joins at the next step; one that is cancelled while it waits never reaches the
 model. A finished sequence leaves its tokens in its slot's cache, and the next request whose
-prompt starts with its prompt evaluates only what is new.
+prompt starts with them (the same system prompt, or a conversation continued with the answer)
+evaluates only what is new.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .generation import (
     TextDelta,
 )
 from .llama import BatchToken, LlamaModel, TokenSampler
-from .passes import PROMPT_PASS_MIN, decode_chunk_sizes, decode_passes, prompt_pass_size
+from .passes import decode_pass, pass_size
 from .stops import HeldText
 from .work import GenerationRequest, WorkerSettings
 
@@ -54,16 +55,12 @@ class _Slot:
 
     id: int
     tokens: list[int] = field(default_factory=list)
-    #: How many of ``tokens`` were read as prompt (the rest were sampled, and read in passes
-    #: of another size): a later prompt may reuse only these.
-    prompted: int = 0
     sequence: _Sequence | None = None
     used_at: int = 0
 
     def keep(self, count: int) -> None:
         """Keep the first ``count`` tokens (the model's cache must be cut the same way)."""
         del self.tokens[count:]
-        self.prompted = min(self.prompted, count)
 
 
 @dataclass(eq=False)
@@ -249,14 +246,14 @@ class ModelWorker:
 
     @staticmethod
     def _reusable(slot: _Slot, tokens: list[int]) -> int:
-        """How many of the prompt ``tokens`` ``slot``'s cache can serve: as far as both agree and
-        the cache was read as prompt, leaving at least one prompt pass to evaluate.
+        """How many of the prompt ``tokens`` ``slot``'s cache can serve: as far as both agree,
+        leaving the last prompt token to evaluate, whose logits give the first output token.
 
         A cache trimmed to a prefix stays whole with sliding-window attention too: each
         sequence has a stream of its own, as long as the context, and llama.cpp puts new tokens
         in the free cells after its head, which never wraps around onto the window's old cells.
         """
-        limit = min(slot.prompted, len(tokens) - PROMPT_PASS_MIN)
+        limit = min(len(slot.tokens), len(tokens) - 1)
         same = 0
         while same < limit and slot.tokens[same] == tokens[same]:
             same += 1
@@ -274,7 +271,7 @@ class ModelWorker:
         budget = max(1, min(budget, self.settings.batch_size - len(decoding)))
         for sequence in [s for s in self._running if s.prompt_left]:
             while budget > 0 and sequence.prompt_left:
-                size = prompt_pass_size(sequence.prompt_left)
+                size = pass_size(sequence.prompt_left, most=budget)
                 self._prompt_pass(sequence, size)
                 budget -= size
         singles: dict[int, _Sequence] = {}
@@ -283,32 +280,28 @@ class ModelWorker:
                 singles[_slot_id(sequence)] = sequence
             else:
                 self._forced_passes(sequence)
-        for ids in decode_passes(sorted(singles)):
-            self._decode_pass(ids, singles)
+        if singles:
+            self._decode_pass(decode_pass(sorted(singles)), singles)
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
-        """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass, padded to
-        ``PROMPT_PASS_MIN`` tokens (a prompt shorter than that); sample it once its prompt is
-        read."""
-        assert sequence.slot is not None
-        read = self._read(sequence, size, PROMPT_PASS_MIN)
-        sequence.slot.prompted = len(sequence.slot.tokens)
-        if read:
+        """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass; sample it once
+        its prompt is read."""
+        if self._read(sequence, size):
             self._advance(sequence, sequence.sampler.next(size - 1))
 
     def _forced_passes(self, sequence: _Sequence) -> None:
-        """Evaluate a sampled token and the tokens the schema forced after it, in passes of 2
-        to ``DECODE_PASS_TOKENS`` tokens of ``sequence`` (the range sampled tokens are read
-        in), then sample it."""
-        for size in decode_chunk_sizes(sequence.pending):
-            self._read(sequence, size)
+        """Evaluate a sampled token and the tokens the schema forced after it, in passes of
+        ``sequence``'s own, then sample it."""
+        size = pass_size(sequence.pending)
+        while not self._read(sequence, size):
+            size = pass_size(sequence.pending)
         self._advance(sequence, sequence.sampler.next(size - 1))
 
-    def _read(self, sequence: _Sequence, size: int, pad_to: int = 0) -> bool:
-        """Evaluate the next ``size`` pending tokens of ``sequence`` in one pass of its own,
-        padded to ``pad_to`` tokens with positions after them (their cache is dropped right
-        after); whether that read all its pending tokens (the last one's logits are kept, at
-        index ``size - 1``)."""
+    def _read(self, sequence: _Sequence, size: int) -> bool:
+        """Evaluate the next ``size`` pending tokens of ``sequence`` in one pass of its own (a
+        lone token with a padding token after it, whose cache is dropped right after); whether
+        that read all its pending tokens (the last one's logits are kept, at index
+        ``size - 1``)."""
         assert self._model is not None and sequence.slot is not None
         slot = sequence.slot
         start, end = len(slot.tokens), len(slot.tokens) + size
@@ -317,7 +310,8 @@ class ModelWorker:
             BatchToken(sequence.tokens[p], p, slot.id, last and p == end - 1)
             for p in range(start, end)
         ]
-        batch += [BatchToken(0, p, slot.id, False) for p in range(end, start + pad_to)]
+        if size == 1:
+            batch.append(BatchToken(0, end, slot.id, False))
         try:
             self._model.decode(batch)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -19,10 +20,14 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 
 from .generation import EngineError, SamplingParams
 from .guidance import SchemaCompiler, SchemaMatcher
-from .passes import PROMPT_PASS_MAX
+from .passes import PASS_MAX
 
 # llama.cpp logs through this logger; below ERROR it floods the server's stderr.
 logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+# llama.cpp's tiled matrix product of K-quantized weights, taken from 8 tokens of a pass on,
+# would make a token's logits depend on how many tokens share its pass (``engine/passes.py``).
+# llama.cpp reads this once, when the process first evaluates a model: before any model here.
+os.environ["GGML_CPU_TILED_MM"] = "0"
 
 #: Sampling when a request gives no temperature: llama.cpp's own defaults.
 DEFAULT_TEMPERATURE = 0.8
@@ -138,9 +143,8 @@ class LlamaModel:
             raise EngineError(f"{path.name} could not be loaded")
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
-        # A pass holds at most one prompt chunk; llama.cpp sizes its buffers for a pass of
-        # one token of every sequence, so the limits it is told are at least that.
-        params.n_batch = params.n_ubatch = max(PROMPT_PASS_MAX, sequences)
+        # A pass holds one sequence's chunk, or one token of every sequence.
+        params.n_batch = params.n_ubatch = max(PASS_MAX, sequences)
         params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = False
@@ -154,7 +158,7 @@ class LlamaModel:
             raise EngineError(f"{path.name} could not be given {sequences} contexts of {cells}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self._batch = llama_cpp.llama_batch_init(max(PROMPT_PASS_MAX, sequences), 0, 1)
+        self._batch = llama_cpp.llama_batch_init(max(PASS_MAX, sequences), 0, 1)
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)

@@ -7,7 +7,6 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.passes import PROMPT_PASS_MIN
 from tests.conftest import MODEL, LiveServer
 from tests.helpers import message_events
 from tests.server.helpers import ask, assert_problem, stream
@@ -306,8 +305,8 @@ def test_sync_and_stream_give_the_same_text(client: httpx.Client) -> None:
     done = next(e.data for e in events if e.event == "response.output_item.done")
     assert done["item"]["content"] == sync["output"][0]["content"]
     usage = events[-1].data["usage"]
-    # The stream's prompt is the sync request's: all of it but its last pass comes from cache.
-    cached = sync["usage"]["input_tokens"] - PROMPT_PASS_MIN
+    # The stream's prompt is the sync request's: all of it but its last token comes from cache.
+    cached = sync["usage"]["input_tokens"] - 1
     assert usage["input_tokens_details"] == {"cached_tokens": cached}
     uncached = {"input_tokens_details": None}
     assert {**usage, **uncached} == {**sync["usage"], **uncached}
