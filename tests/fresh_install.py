@@ -5,6 +5,7 @@ tests; pip's cache keeps it to a few minutes (the lab extension is still built w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, free_port
-from tests.helpers import ROOT
+from tests.helpers import ROOT, eventually
 
 #: Generous: a cold pip cache compiles llama-cpp-python, and npm installs the lab toolchain.
 INSTALL_TIMEOUT = 3600
@@ -107,19 +108,24 @@ def start_jupyter(
         arguments, cwd=tmp, env=install.env(tmp), stdout=log, stderr=subprocess.STDOUT
     )
     server = LiveServer(f"http://127.0.0.1:{port}/", token, process, str(tmp / "root"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         if process.poll() is not None:
             raise RuntimeError((tmp / "server.log").read_text())
-        try:
+        with contextlib.suppress(httpx.TransportError):
             answer = httpx.get(server.root + ready_path, headers=bearer(server), timeout=10)
-            if answer.status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    process.kill()
-    raise RuntimeError(f"the server did not answer in 120 s:\n{(tmp / 'server.log').read_text()}")
+            return answer.status_code == 200
+        return False
+
+    def what() -> str:
+        return f"the server answering:\n{(tmp / 'server.log').read_text()}"
+
+    try:
+        eventually(answers, within=120, interval=0.3, what=what)
+    except AssertionError:
+        process.kill()
+        raise
+    return server
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:

@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 
 from benchmarks.harness.llama_cpp_server import MODULE as LLAMA_CPP_SERVER
 from tests.conftest import free_port
+from tests.helpers import eventually
 
 #: The repository, from where ``benchmarks`` imports.
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,18 +94,20 @@ class OpenAIServer:
         self.process = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
         )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+        process = self.process
+
+        def lists() -> bool:
+            if process.poll() is not None:
                 raise RuntimeError(f"{self.kind} exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"{self.kind} did not start in 120 s")
+            with contextlib.suppress(httpx.TransportError):
+                return httpx.get(f"{self.url}/models", timeout=2).status_code == 200
+            return False
+
+        try:
+            eventually(lists, within=120, interval=0.2, what=f"{self.kind} listing its model")
+        except AssertionError:
+            self.kill()
+            raise
 
     def kill(self) -> None:
         """Kill it at once, as a crash or a lost node would."""

@@ -8,7 +8,6 @@ validity, never what the model says. A response that must complete (``get_final_
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +32,7 @@ from openai.types.responses import (
 from pydantic import BaseModel
 
 from tests.conftest import MODEL, LiveServer
+from tests.helpers import eventually
 
 WEATHER: Any = {
     "type": "function",
@@ -192,13 +192,11 @@ def test_forced_tool_call_and_the_round_trip_with_its_output(sdk: OpenAI) -> Non
 
 
 def wait_final(sdk: OpenAI, response_id: str) -> Response:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    def final() -> Response | None:
         response = sdk.responses.retrieve(response_id)
-        if response.status not in ("queued", "in_progress"):
-            return response
-        time.sleep(0.2)
-    raise AssertionError("the background response did not end in 120 s")
+        return response if response.status not in ("queued", "in_progress") else None
+
+    return eventually(final, within=120, interval=0.2, what="the background response's end")
 
 
 def test_background_create_retrieve_and_stream_resume(sdk: OpenAI) -> None:

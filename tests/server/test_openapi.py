@@ -39,6 +39,7 @@ from lmsp_jupyter.server.base import LmspHandler
 from lmsp_jupyter.server.handlers import NotFoundHandler, default_handlers
 from lmsp_jupyter.server.openapi import OpenApiHandler, openapi_document
 from tests.conftest import MODEL, LiveServer
+from tests.helpers import eventually
 from tests.spec import SPEC_STATUSES
 
 Case = schemathesis.Case[Any]
@@ -415,19 +416,18 @@ def cheapen_chat(body: Any, use_model: bool) -> bool:
 
 def cancel_leftover_tasks(client: httpx.Client) -> None:
     """Leave no task running for the tests after this one (bounded wait)."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def none_running() -> bool:
         running = [
             task["id"]
             for status in ("queued", "in_progress")
             for task in client.get("/tasks", params={"status": status, "limit": 100}).json()["data"]
         ]
-        if not running:
-            return
         for task_id in running:
             client.post(f"/tasks/{task_id}/cancel")
-        time.sleep(0.2)
-    raise AssertionError("tasks were still running two minutes after the fuzzing")
+        return not running
+
+    eventually(none_running, within=120, interval=0.2, what="no task running after the fuzzing")
 
 
 #: The schemathesis checks run on every reply. Left out, as they cannot hold by design:

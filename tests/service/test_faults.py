@@ -7,7 +7,6 @@ through a connection wrapper otherwise.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
 import subprocess
@@ -52,6 +51,8 @@ class FaultyStore(Store):
 
     fault: sqlite3.Error | None = None
     on: tuple[str, ...] = ("INSERT", "UPDATE", "DELETE", "COMMIT")
+    #: How many statements the fault has failed.
+    refused: int = 0
 
     @property
     def db(self) -> Any:
@@ -64,6 +65,7 @@ class _Faulty:
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if self._store.fault is not None and sql.lstrip().upper().startswith(self._store.on):
+            self._store.refused += 1
             raise self._store.fault
         return self._real.execute(sql, *args)
 
@@ -184,7 +186,12 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
     received = live[:-1]
     assert frame.startswith(f"id: {len(received)}\nevent: error\ndata: ")  # resume from it
     assert_one_final_last([*received, StoredEvent(len(received) + 1, "response.failed", "{}")])
-    await asyncio.sleep(0.1)
+    refused = store.refused
+
+    async def retried() -> bool:
+        return store.refused >= refused + 3
+
+    await eventually_async(retried, what="the service trying to store again")
     assert tasks.get(task.id, "jupyter").status == "in_progress"  # not final until stored
     store.fault = None
     await wait_final(tasks, task.id)

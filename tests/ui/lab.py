@@ -7,9 +7,9 @@ the environment the extension exports. ``lab_extension=False`` disables the LMSP
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,7 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import LiveServer, start_server
+from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
@@ -114,11 +115,9 @@ class Notebook:
                 shown = dialog.first.inner_text() if dialog.count() else ""
                 raise AssertionError(f"cannot click cell {index}: {shown!r} ({shot})") from None
             self.page.keyboard.press("Shift+Enter")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                if queued():
-                    return
-                time.sleep(0.05)
+            with contextlib.suppress(AssertionError):
+                eventually(queued, within=5, what=f"cell {index} queued")
+                return
         self.wait_until(queued, 1, f"cell {index} to be queued")
 
     def wait_idle(self, timeout: float = 120) -> None:
@@ -147,15 +146,13 @@ class Notebook:
         return "".join(str(m.inner_text()) for m in messages.all())
 
     def wait_until(self, check: Callable[[], object], timeout: float, what: str) -> None:
-        """Poll ``check`` until true, or fail saying ``what``."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(0.05)
-        shot = Path(self.lab.root_dir).parent / "failure.png"
-        self.page.screenshot(path=str(shot))
-        raise AssertionError(f"{what}: not after {timeout} s (the page: {shot})")
+        """Poll ``check`` until true, or fail saying ``what`` (with a screenshot of the page)."""
+        try:
+            eventually(check, within=timeout, what=what)
+        except AssertionError as error:
+            shot = Path(self.lab.root_dir).parent / "failure.png"
+            self.page.screenshot(path=str(shot))
+            raise AssertionError(f"{error} (the page: {shot})") from None
 
     def wait_text(self, index: int) -> None:
         """Wait until the answer in cell ``index`` shows some text (it is streaming)."""
@@ -324,9 +321,7 @@ def reopen_without_kernel(notebook: Notebook) -> None:
         else:
             page.locator(".lm-MenuBar-item", has_text="Kernel").click()
             page.locator('.lm-Menu-item[data-command="kernelmenu:shutdown"]').click()
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if no_kernel():
-                return
-            time.sleep(0.1)
+        with contextlib.suppress(AssertionError):
+            eventually(no_kernel, within=15, interval=0.1, what="the notebook without a kernel")
+            return
     notebook.wait_until(no_kernel, 1, "the notebook without a kernel")
