@@ -9,17 +9,8 @@ from typing import Any
 from traitlets import Dict, Enum, Float, Instance, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
+from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelEntry
-from lmsp_jupyter.engine.generation import (
-    CancelToken,
-    ChatMessage,
-    EngineError,
-    GenerationDone,
-    GenerationEvent,
-    Prompt,
-    SamplingParams,
-    TextDelta,
-)
 from lmsp_jupyter.engine.scheduler import EngineSettings
 
 
@@ -55,7 +46,7 @@ class ScriptedEngine(LoggingConfigurable):
         """``settings`` is what the app gives every engine class; a script ignores it."""
         super().__init__(**kwargs)
         #: The messages of every prompt rendered, in order.
-        self.prompts: list[Sequence[ChatMessage]] = []
+        self.prompts: list[Sequence[generation.ChatMessage]] = []
         self.generations = 0
 
     def script(self) -> tuple[Sequence[str], float, int | None]:
@@ -92,32 +83,36 @@ class ScriptedEngine(LoggingConfigurable):
     async def render(
         self,
         entry: ModelEntry,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[generation.ChatMessage],
         tools: Sequence[object] = (),
         schema: dict[str, Any] | None = None,
-    ) -> Prompt:
+    ) -> generation.Prompt:
         if self.render_error is not None:
             raise self.render_error
         self.prompts.append(messages)
         text = "\n".join(m.content for m in messages)
-        return Prompt(text=text, tokens=list(range(len(text.split()) + 1)))
+        return generation.Prompt(text=text, tokens=list(range(len(text.split()) + 1)))
 
     async def generate(
-        self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
-    ) -> AsyncIterator[GenerationEvent]:
+        self,
+        entry: ModelEntry,
+        prompt: generation.Prompt,
+        params: generation.SamplingParams,
+        cancel: generation.CancelToken,
+    ) -> AsyncIterator[generation.GenerationEvent]:
         deltas, delay, fail_after = self.script()
         self.generations += 1
         count = 0
         for delta in deltas:
             await asyncio.sleep(delay)
             if fail_after is not None and count >= fail_after:
-                raise EngineError("scripted failure")
+                raise generation.EngineError("scripted failure")
             if cancel.cancelled:
-                yield GenerationDone("cancelled", len(prompt.tokens), count)
+                yield generation.GenerationDone("cancelled", len(prompt.tokens), count)
                 return
             count += 1
-            yield TextDelta(delta)
+            yield generation.TextDelta(delta)
         if self.ending == "bug":
             raise RuntimeError("a bug")
         if self.ending == "done":
-            yield GenerationDone("stop", len(prompt.tokens), count)
+            yield generation.GenerationDone("stop", len(prompt.tokens), count)

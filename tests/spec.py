@@ -1,5 +1,17 @@
 """Facts copied from the spec's text, for tests to hold the code against (not from the code)."""
 
+import json
+from typing import Any
+
+#: The service document of LMSP 1.0 section 8, as the spec shows it (``GET /lmsp/v1``).
+SPEC_SERVICE_DOCUMENT: dict[str, Any] = json.loads(
+    """
+{"object":"service","lmsp_version":"1.0","service":{"name":"lmsp-jupyter","version":"..."},
+ "capabilities":["streaming","tasks","conversations","tools","structured_output","reasoning"],
+ "auth":{"type":"bearer","scopes":["models:read","models:write","responses:read","responses:write","tasks:read","tasks:write"]}}
+"""
+)
+
 #: The error table of LMSP 1.0 section 9.3: every problem code and its HTTP status.
 SPEC_STATUSES = {
     "invalid_request": 400,

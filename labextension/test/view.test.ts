@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { AnswerView, type IAnswerActions } from '../src/render';
+import { AnswerView, type IAnswerActions, type IAnswerState, type ITaskEvent } from '../src/render';
 import {
   MSG,
   RESP,
@@ -13,6 +13,15 @@ import {
   textDelta
 } from './fixtures';
 
+/** A call of the tool `f` the model made, as a round's output holds it. */
+const CALL = {
+  type: 'function_call' as const,
+  id: 'fc_1',
+  call_id: 'call_1',
+  name: 'f',
+  arguments: '{}'
+};
+
 let frames: (() => void)[];
 let clock: number;
 let actions: IAnswerActions & { stop: ReturnType<typeof vi.fn>; decide: ReturnType<typeof vi.fn> };
@@ -22,6 +31,20 @@ function makeView(): AnswerView {
     now: () => clock,
     requestFrame: callback => frames.push(callback)
   });
+}
+
+/** A view showing `initial` (the fixtures' running answer unless given). */
+function viewOf(initial: IAnswerState = state()): AnswerView {
+  const view = makeView();
+  view.setState(initial);
+  return view;
+}
+
+/** A view of the running answer whose message has begun (created, message added), then `events`. */
+function streaming(...events: ITaskEvent[]): AnswerView {
+  const view = viewOf();
+  view.applyEvents(TASK, [created(1), messageAdded(2), ...events]);
+  return view;
 }
 
 function flushFrames(): void {
@@ -42,8 +65,7 @@ beforeEach(() => {
 
 describe('AnswerView', () => {
   it('renders the root with the task id, status and model', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     expect(view.node.classList.contains('lmsp-answer')).toBe(true);
     expect(view.node.dataset.taskId).toBe(TASK);
     expect(text(view, '.lmsp-status')).toBe('in_progress');
@@ -52,9 +74,7 @@ describe('AnswerView', () => {
   });
 
   it('grows the message text across deltas', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'Once')]);
+    const view = streaming(textDelta(3, 'Once'));
     expect(text(view, '.lmsp-message')).toBe('Once');
     view.applyEvents(TASK, [textDelta(4, ' upon')]);
     expect(text(view, '.lmsp-message')).toBe('Once upon');
@@ -64,9 +84,7 @@ describe('AnswerView', () => {
   });
 
   it('appends deltas to a text node and renders markdown once per frame', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, '**bold')]);
+    const view = streaming(textDelta(3, '**bold'));
     const message = view.node.querySelector('.lmsp-message')!;
     const node = message.lastChild;
     view.applyEvents(TASK, [textDelta(4, '** text')]);
@@ -79,25 +97,20 @@ describe('AnswerView', () => {
   });
 
   it('keeps the space that ends the text at a render, so the next word does not stick', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'A small place.\n')]);
+    const view = streaming(textDelta(3, 'A small place.\n'));
     flushFrames();
     view.applyEvents(TASK, [textDelta(4, 'The')]);
     expect(text(view, '.lmsp-message')).toBe('A small place.\nThe');
   });
 
   it('adds no whitespace to a finished message', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'A small place.\n')]);
+    const view = streaming(textDelta(3, 'A small place.\n'));
     view.applyEvents(TASK, [messageDone(4, 'A small place.\n')]);
     expect(text(view, '.lmsp-message')).toBe('A small place.');
   });
 
   it('ignores events with ids already applied', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     const events = [created(1), messageAdded(2), textDelta(3, 'Once'), textDelta(4, ' upon')];
     view.applyEvents(TASK, events);
     view.applyEvents(TASK, events);
@@ -107,9 +120,7 @@ describe('AnswerView', () => {
   });
 
   it('keeps the live text when the kernel re-sends the same state', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [created(1), messageAdded(2), textDelta(3, 'Once')]);
+    const view = streaming(textDelta(3, 'Once'));
     view.setState(state());
     view.applyEvents(TASK, [textDelta(3, 'Once'), textDelta(4, ' more')]);
     expect(view.node.querySelectorAll('.lmsp-message')).toHaveLength(1);
@@ -117,21 +128,14 @@ describe('AnswerView', () => {
   });
 
   it('ignores unknown events and events of other tasks', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [
-      created(1),
-      messageAdded(2),
-      { id: 3, event: 'response.future', data: {} }
-    ]);
+    const view = streaming({ id: 3, event: 'response.future', data: {} });
     view.applyEvents('task_other', [textDelta(4, 'x')]);
     expect(view.answer.lastEventId(TASK)).toBe(3);
     expect(text(view, '.lmsp-message')).toBe('');
   });
 
   it('shows a finished round from its saved response', () => {
-    const view = makeView();
-    view.setState(
+    const view = viewOf(
       state({
         status: 'completed',
         rounds: [
@@ -162,8 +166,7 @@ describe('AnswerView', () => {
   });
 
   it('shows the stop button while running and calls stop on click', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     const stop = view.node.querySelector('.lmsp-stop') as HTMLButtonElement;
     expect(stop.hidden).toBe(false);
     stop.click();
@@ -172,9 +175,7 @@ describe('AnswerView', () => {
   });
 
   it('computes tokens per second from output tokens and elapsed time', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [created(1), messageAdded(2)]);
+    const view = streaming();
     clock = 2000;
     view.applyEvents(TASK, [textDelta(3, 'a'), messageDone(4, 'a'), completed(5, 40)]);
     expect(text(view, '.lmsp-rate')).toBe('20.0 tok/s');
@@ -199,17 +200,14 @@ describe('AnswerView', () => {
           }
         ]
       });
-    const view = makeView();
-    view.setState(saved(1.5));
+    const view = viewOf(saved(1.5));
     expect(text(view, '.lmsp-rate')).toBe('20.0 tok/s');
-    const untimed = makeView();
-    untimed.setState(saved(null));
+    const untimed = viewOf(saved(null));
     expect(text(untimed, '.lmsp-rate')).toBe('');
   });
 
   it('collapses reasoning in a details element', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     view.applyEvents(TASK, [
       created(1),
       {
@@ -239,8 +237,7 @@ describe('AnswerView', () => {
   });
 
   it('shows a pending call with Approve and Deny that call decide', () => {
-    const view = makeView();
-    view.setState(
+    const view = viewOf(
       state({
         status: 'requires_action',
         rounds: [
@@ -283,16 +280,9 @@ describe('AnswerView', () => {
 
   it('adds Approve and Deny once the kernel state names a call first seen without it', () => {
     const view = makeView();
-    const call = {
-      type: 'function_call' as const,
-      id: 'fc_1',
-      call_id: 'call_1',
-      name: 'f',
-      arguments: '{}'
-    };
     const finished = {
       task_id: TASK,
-      response: { id: RESP, status: 'completed' as const, model: 'm', output: [call] }
+      response: { id: RESP, status: 'completed' as const, model: 'm', output: [CALL] }
     };
     // the round ended before the kernel sent its decision state: no buttons yet
     view.setState(state({ status: 'in_progress', rounds: [finished] }));
@@ -311,19 +301,12 @@ describe('AnswerView', () => {
 
   it('hides the buttons of a decided call and shows its output', () => {
     const view = makeView();
-    const call = {
-      type: 'function_call' as const,
-      id: 'fc_1',
-      call_id: 'call_1',
-      name: 'f',
-      arguments: '{}'
-    };
     view.setState(
       state({
         rounds: [
           {
             task_id: TASK,
-            response: { id: RESP, status: 'completed', model: 'm', output: [call] }
+            response: { id: RESP, status: 'completed', model: 'm', output: [CALL] }
           },
           { task_id: 'task_02', response: null }
         ],
@@ -340,16 +323,14 @@ describe('AnswerView', () => {
   });
 
   it('disables the buttons with a note when actions are unavailable', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     view.setActionsEnabled(false, 'The kernel is not running.');
     expect((view.node.querySelector('.lmsp-stop') as HTMLButtonElement).disabled).toBe(true);
     expect(text(view, '.lmsp-note')).toBe('The kernel is not running.');
   });
 
   it('shows a cancelled round as cancelled', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     view.applyEvents(TASK, [
       created(1),
       { id: 2, event: 'response.cancelled', data: { response_id: RESP, status: 'cancelled' } }
@@ -359,8 +340,7 @@ describe('AnswerView', () => {
   });
 
   it('shows a failed round with its problem', () => {
-    const view = makeView();
-    view.setState(state());
+    const view = viewOf();
     view.applyEvents(TASK, [
       created(1),
       {
@@ -378,20 +358,9 @@ describe('AnswerView', () => {
   });
 
   it('sanitizes model text rendered as markdown', () => {
-    const view = makeView();
-    view.setState(state());
-    view.applyEvents(TASK, [
-      created(1),
-      messageAdded(2),
-      textDelta(
-        3,
-        'Hi <img src=x onerror="alert(1)"> <script>alert(2)</script>[a](javascript:alert(3))'
-      ),
-      messageDone(
-        4,
-        'Hi <img src=x onerror="alert(1)"> <script>alert(2)</script>[a](javascript:alert(3))'
-      )
-    ]);
+    const hostile =
+      'Hi <img src=x onerror="alert(1)"> <script>alert(2)</script>[a](javascript:alert(3))';
+    const view = streaming(textDelta(3, hostile), messageDone(4, hostile));
     const message = view.node.querySelector('.lmsp-message')!;
     expect(message.querySelector('img')).not.toBeNull();
     expect(message.querySelector('[onerror]')).toBeNull();

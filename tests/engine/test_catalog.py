@@ -33,14 +33,14 @@ BUNDLED_SIZE = 253_113_024
 
 def model_bytes(name: str, arch: str = "llama", context_length: int | None = 4096) -> bytes:
     """A small GGUF file; ``name`` makes each file's content distinct."""
-    metadata: dict[str, object] = {
+    window = {} if context_length is None else {f"{arch}.context_length": context_length}
+    metadata = {
         "general.architecture": arch,
         "general.name": name,
         "general.file_type": 15,
         "tokenizer.chat_template": TEMPLATE,
+        **window,
     }
-    if context_length is not None:
-        metadata[f"{arch}.context_length"] = context_length
     return gguf_bytes(metadata, vocab_size=50)
 
 

@@ -14,19 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelCatalog
-from lmsp_jupyter.engine.generation import (
-    CancelToken,
-    ChatMessage,
-    EngineError,
-    EngineUnavailable,
-    GenerationDone,
-    GenerationEvent,
-    ReasoningDelta,
-    SamplingParams,
-    TextDelta,
-    ToolCallDelta,
-)
 from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
 from lmsp_jupyter.engine.remote_tokens import TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE
 from lmsp_jupyter.engine.router import EngineRouter
@@ -68,10 +57,14 @@ def one_model(rest: Handler, paths: list[str] | None = None) -> RemoteEngine:
     return engine(handler)
 
 
-async def generate(remote: RemoteEngine, params: SamplingParams) -> list[GenerationEvent]:
+async def generate(
+    remote: RemoteEngine, params: generation.SamplingParams
+) -> list[generation.GenerationEvent]:
     entry = remote.get("gpu/m")
-    prompt = await remote.render(entry, [ChatMessage("user", "hi")])
-    return [event async for event in remote.generate(entry, prompt, params, CancelToken())]
+    prompt = await remote.render(entry, [generation.ChatMessage("user", "hi")])
+    return [
+        event async for event in remote.generate(entry, prompt, params, generation.CancelToken())
+    ]
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -127,8 +120,8 @@ def test_a_server_that_does_not_answer_lists_its_models_unavailable() -> None:
     remote = engine(refuse, models=["m"])
     asyncio.run(remote.refresh())
     assert [(e.id, e.available) for e in remote.list()] == [("gpu/m", False)]
-    with pytest.raises(EngineUnavailable):
-        asyncio.run(generate(remote, SamplingParams(max_tokens=4)))
+    with pytest.raises(generation.EngineUnavailable):
+        asyncio.run(generate(remote, generation.SamplingParams(max_tokens=4)))
 
 
 def test_the_router_sends_a_servers_prefix_to_that_server_and_the_rest_to_the_catalog() -> None:
@@ -160,10 +153,10 @@ def test_a_refused_json_schema_form_is_retried_as_json_object_and_remembered() -
         return sse(chunk({"content": "{}"}), chunk({}, "stop"), "data: [DONE]\n\n")
 
     remote = engine(handler)
-    params = SamplingParams(max_tokens=4, schema={"type": "object"})
+    params = generation.SamplingParams(max_tokens=4, schema={"type": "object"})
     for _ in range(2):
         events = asyncio.run(generate(remote, params))
-        assert events[0] == TextDelta("{}")
+        assert events[0] == generation.TextDelta("{}")
     assert formats == ["json_schema", "json_object", "json_object"]
 
 
@@ -180,8 +173,8 @@ def test_a_request_is_retried_while_nothing_of_the_answer_has_come() -> None:
             return httpx.Response(status)
         return sse(chunk({"content": "ok"}), chunk({}, "length"), "data: [DONE]\n\n")
 
-    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=1)))
-    assert events == [TextDelta("ok"), GenerationDone("max_tokens", 9, 1)]
+    events = asyncio.run(generate(engine(handler), generation.SamplingParams(max_tokens=1)))
+    assert events == [generation.TextDelta("ok"), generation.GenerationDone("max_tokens", 9, 1)]
 
 
 def test_a_request_still_refused_after_its_retries_is_unavailable() -> None:
@@ -191,8 +184,8 @@ def test_a_request_still_refused_after_its_retries_is_unavailable() -> None:
         return httpx.Response(503)
 
     remote = engine(handler, retries=1)
-    with pytest.raises(EngineUnavailable):
-        asyncio.run(generate(remote, SamplingParams(max_tokens=1)))
+    with pytest.raises(generation.EngineUnavailable):
+        asyncio.run(generate(remote, generation.SamplingParams(max_tokens=1)))
     assert not remote.reachable
 
 
@@ -206,9 +199,9 @@ def test_a_stream_cut_after_its_first_token_fails_without_a_retry() -> None:
         return sse(chunk({"content": "Hel"}))  # no finish_reason, no [DONE]: the link broke
 
     remote = engine(handler)
-    with pytest.raises(EngineError) as error:
-        asyncio.run(generate(remote, SamplingParams(max_tokens=8)))
-    assert not isinstance(error.value, EngineUnavailable)
+    with pytest.raises(generation.EngineError) as error:
+        asyncio.run(generate(remote, generation.SamplingParams(max_tokens=8)))
+    assert not isinstance(error.value, generation.EngineUnavailable)
     assert "mid-answer" in str(error.value)
     assert calls == ["chat"]
     assert not remote.reachable
@@ -236,12 +229,12 @@ def test_tool_calls_usage_and_the_forced_tool_reach_the_server_and_come_back() -
             "data: [DONE]\n\n",
         )
 
-    params = SamplingParams(max_tokens=8, temperature=0.0, forced_tools=("f",))
+    params = generation.SamplingParams(max_tokens=8, temperature=0.0, forced_tools=("f",))
     events = asyncio.run(generate(engine(handler), params))
     assert events == [
-        ToolCallDelta(0, "f", ""),
-        ToolCallDelta(0, None, '{"a": 1}'),
-        GenerationDone("stop", 7, 3, cached_tokens=4),
+        generation.ToolCallDelta(0, "f", ""),
+        generation.ToolCallDelta(0, None, '{"a": 1}'),
+        generation.GenerationDone("stop", 7, 3, cached_tokens=4),
     ]
     assert bodies[0]["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert bodies[0]["temperature"] == 0.0
@@ -260,8 +253,12 @@ def test_a_stream_without_usage_counts_its_prompt_by_the_same_request_cut_at_one
             return sse(chunk({"content": "a"}), chunk({"content": "b"}, "stop"), "data: [DONE]\n\n")
         return httpx.Response(200, json={"usage": {"prompt_tokens": 12, "completion_tokens": 1}})
 
-    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=8)))
-    assert events == [TextDelta("a"), TextDelta("b"), GenerationDone("stop", 12, 2)]
+    events = asyncio.run(generate(engine(handler), generation.SamplingParams(max_tokens=8)))
+    assert events == [
+        generation.TextDelta("a"),
+        generation.TextDelta("b"),
+        generation.GenerationDone("stop", 12, 2),
+    ]
     streamed, counted = bodies
     assert streamed["stream_options"] == {"include_usage": True}
     assert counted == {
@@ -281,8 +278,8 @@ def test_a_prompt_whose_usage_the_server_will_not_give_is_counted_as_before_send
             return sse(chunk({"content": "a"}, "stop"), "data: [DONE]\n\n")
         return httpx.Response(200, json={"choices": []})
 
-    events = asyncio.run(generate(one_model(handler), SamplingParams(max_tokens=8)))
-    assert events[-1] == GenerationDone("stop", 5, 1)
+    events = asyncio.run(generate(one_model(handler), generation.SamplingParams(max_tokens=8)))
+    assert events[-1] == generation.GenerationDone("stop", 5, 1)
 
 
 def test_reasoning_content_and_reasoning_deltas_are_reasoning_apart_from_the_text() -> None:
@@ -299,12 +296,12 @@ def test_reasoning_content_and_reasoning_deltas_are_reasoning_apart_from_the_tex
             "data: [DONE]\n\n",
         )
 
-    events = asyncio.run(generate(engine(handler), SamplingParams(max_tokens=8)))
+    events = asyncio.run(generate(engine(handler), generation.SamplingParams(max_tokens=8)))
     assert events == [
-        ReasoningDelta("Think"),
-        ReasoningDelta("ing."),
-        TextDelta("Red"),
-        GenerationDone("stop", 3, 4),
+        generation.ReasoningDelta("Think"),
+        generation.ReasoningDelta("ing."),
+        generation.TextDelta("Red"),
+        generation.GenerationDone("stop", 3, 4),
     ]
 
 
@@ -313,7 +310,7 @@ def test_reasoning_content_and_reasoning_deltas_are_reasoning_apart_from_the_tex
 
 async def count(remote: RemoteEngine) -> tuple[int, bool]:
     entry = remote.get("gpu/m")
-    prompt = await remote.render(entry, [ChatMessage("user", "hi")])
+    prompt = await remote.render(entry, [generation.ChatMessage("user", "hi")])
     assert prompt.bound is not None and prompt.counter is not None
     assert prompt.length == prompt.bound >= len('{"role": "user", "content": "hi"}')
     return await prompt.counter()
@@ -367,5 +364,5 @@ def test_a_server_that_tokenizes_text_only_gives_an_estimate_that_errs_high() ->
 def test_a_server_that_cannot_count_leaves_the_upper_bound() -> None:
     remote = one_model(lambda _: httpx.Response(404))
     entry = remote.get("gpu/m")
-    prompt = asyncio.run(remote.render(entry, [ChatMessage("user", "hi")]))
+    prompt = asyncio.run(remote.render(entry, [generation.ChatMessage("user", "hi")]))
     assert asyncio.run(count(remote)) == (prompt.bound, False)

@@ -27,11 +27,7 @@ from lmsp_jupyter.protocol.items import (
     OutputMessage,
     OutputText,
 )
-from lmsp_jupyter.protocol.requests import (
-    JsonSchemaFormat,
-    NamedToolChoice,
-    validate_request,
-)
+from lmsp_jupyter.protocol.requests import JsonSchemaFormat, NamedToolChoice, validate_request
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
 from lmsp_jupyter.server.sse import sse_frame
 

@@ -8,20 +8,8 @@ from typing import get_args
 
 import pytest
 
+from lmsp_jupyter.protocol import events
 from lmsp_jupyter.protocol.errors import PROBLEM_TYPES, LmspError, Problem, ProblemCode
-from lmsp_jupyter.protocol.events import (
-    FINAL_EVENTS,
-    OutputItemAdded,
-    OutputItemDone,
-    OutputTextDelta,
-    ResponseCancelled,
-    ResponseCompleted,
-    ResponseCreated,
-    ResponseEvent,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamError,
-)
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
@@ -111,14 +99,14 @@ def test_problem_refuses_an_unknown_code() -> None:
 # --- events ------------------------------------------------------------------------------------
 
 
-def delta(text: str) -> OutputTextDelta:
-    return OutputTextDelta(
+def delta(text: str) -> events.OutputTextDelta:
+    return events.OutputTextDelta(
         response_id=RID, item_id=MID, output_index=0, content_index=0, delta=text
     )
 
 
 def test_to_sse_is_id_event_and_one_line_of_json_data() -> None:
-    event = ResponseEvent(id=3, data=delta("Hi"))
+    event = events.ResponseEvent(id=3, data=delta("Hi"))
     assert sse_frame(event) == (
         b"id: 3\n"
         b"event: response.output_text.delta\n"
@@ -132,7 +120,9 @@ def test_to_sse_is_id_event_and_one_line_of_json_data() -> None:
 
 def test_event_data_carries_its_name_as_type_and_its_id_as_sequence_number() -> None:
     data = json.loads(
-        ResponseEvent(id=9, data=ResponseCancelled(response_id=RID, response=RESPONSE)).data_json()
+        events.ResponseEvent(
+            id=9, data=events.ResponseCancelled(response_id=RID, response=RESPONSE)
+        ).data_json()
     )
     assert (data["type"], data["sequence_number"], data["response"]["id"]) == (
         "response.cancelled",
@@ -143,7 +133,7 @@ def test_event_data_carries_its_name_as_type_and_its_id_as_sequence_number() -> 
 
 def test_to_sse_data_is_one_line_when_the_delta_has_newlines() -> None:
     text = "line one\nline two\r\n\nend\u2028"
-    sse = ResponseEvent(id=7, data=delta(text))
+    sse = events.ResponseEvent(id=7, data=delta(text))
     assert b"\r" not in sse_frame(sse)
     lines = sse_frame(sse).decode().split("\n")
     assert lines[:2] == ["id: 7", "event: response.output_text.delta"]
@@ -154,7 +144,9 @@ def test_to_sse_data_is_one_line_when_the_delta_has_newlines() -> None:
 
 def test_to_sse_keeps_null_fields() -> None:
     item = OutputMessage(id=MID)
-    sse = ResponseEvent(id=2, data=OutputItemAdded(response_id=RID, output_index=0, item=item))
+    sse = events.ResponseEvent(
+        id=2, data=events.OutputItemAdded(response_id=RID, output_index=0, item=item)
+    )
     data = sse_frame(sse).decode().split("\n")[2].removeprefix("data: ")
     assert json.loads(data) == {
         "type": "response.output_item.added",
@@ -173,8 +165,8 @@ def test_to_sse_keeps_null_fields() -> None:
 
 def test_to_sse_of_a_failed_event_carries_the_problem() -> None:
     problem = LmspError("generation_failed", "boom").to_problem()
-    failed = ResponseFailed(response_id=RID, error=problem, response=RESPONSE)
-    sse = sse_frame(ResponseEvent(id=4, data=failed))
+    failed = events.ResponseFailed(response_id=RID, error=problem, response=RESPONSE)
+    sse = sse_frame(events.ResponseEvent(id=4, data=failed))
     head, data = sse.decode().split("\ndata: ")
     fields = json.loads(data)
     assert head == "id: 4\nevent: response.failed"
@@ -197,15 +189,15 @@ def test_to_sse_of_a_failed_event_carries_the_problem() -> None:
 
 
 EVENTS = [
-    (ResponseCreated(response_id=RID, response=RESPONSE), "response.created", False),
+    (events.ResponseCreated(response_id=RID, response=RESPONSE), "response.created", False),
     (
-        OutputItemAdded(response_id=RID, output_index=0, item=OutputMessage(id=MID)),
+        events.OutputItemAdded(response_id=RID, output_index=0, item=OutputMessage(id=MID)),
         "response.output_item.added",
         False,
     ),
     (delta("x"), "response.output_text.delta", False),
     (
-        OutputItemDone(
+        events.OutputItemDone(
             response_id=RID,
             output_index=0,
             item=OutputMessage(id=MID, content=[OutputText(text="x")]),
@@ -214,12 +206,12 @@ EVENTS = [
         False,
     ),
     (
-        ResponseCompleted(response_id=RID, usage=USAGE, response=RESPONSE),
+        events.ResponseCompleted(response_id=RID, usage=USAGE, response=RESPONSE),
         "response.completed",
         True,
     ),
     (
-        ResponseIncomplete(
+        events.ResponseIncomplete(
             response_id=RID,
             usage=USAGE,
             incomplete_details=IncompleteDetails(reason="max_output_tokens"),
@@ -229,7 +221,7 @@ EVENTS = [
         True,
     ),
     (
-        ResponseFailed(
+        events.ResponseFailed(
             response_id=RID,
             error=LmspError("generation_failed").to_problem(),
             response=RESPONSE,
@@ -237,14 +229,14 @@ EVENTS = [
         "response.failed",
         True,
     ),
-    (ResponseCancelled(response_id=RID, response=RESPONSE), "response.cancelled", True),
-    (StreamError(error=LmspError("internal_error").to_problem()), "error", True),
+    (events.ResponseCancelled(response_id=RID, response=RESPONSE), "response.cancelled", True),
+    (events.StreamError(error=LmspError("internal_error").to_problem()), "error", True),
 ]
 
 
 @pytest.mark.parametrize(("data", "name", "final"), EVENTS, ids=[e[1] for e in EVENTS])
 def test_event_name_and_is_final_of_each_event(data: object, name: str, final: bool) -> None:
-    event = ResponseEvent(id=1, data=data)  # type: ignore[arg-type]
+    event = events.ResponseEvent(id=1, data=data)  # type: ignore[arg-type]
     assert (event.event, event.is_final) == (name, final)
     assert sse_frame(event).startswith(f"id: 1\nevent: {name}\ndata: ".encode())
 
@@ -260,12 +252,12 @@ def test_final_events_are_the_four_final_statuses_and_error() -> None:
                 "error",
             }
         )
-        == FINAL_EVENTS
+        == events.FINAL_EVENTS
     )
 
 
 def test_final_event_data_carries_its_status() -> None:
-    completed = ResponseCompleted(response_id=RID, usage=USAGE, response=RESPONSE)
+    completed = events.ResponseCompleted(response_id=RID, usage=USAGE, response=RESPONSE)
     assert json.loads(completed.model_dump_json(exclude={"response"})) == {
         "response_id": RID,
         "status": "completed",
@@ -277,8 +269,8 @@ def test_final_event_data_carries_its_status() -> None:
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }
-    assert ResponseCancelled(response_id=RID, response=RESPONSE).status == "cancelled"
-    assert ResponseCreated(response_id=RID, response=RESPONSE).status == "in_progress"
+    assert events.ResponseCancelled(response_id=RID, response=RESPONSE).status == "cancelled"
+    assert events.ResponseCreated(response_id=RID, response=RESPONSE).status == "in_progress"
 
 
 # --- ids ---------------------------------------------------------------------------------------

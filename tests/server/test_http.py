@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import MODEL, LiveServer
 from tests.helpers import message_events
 from tests.server.helpers import ask, assert_problem, stream
+from tests.spec import SPEC_SERVICE_DOCUMENT
 
 JSON = {"Content-Type": "application/json"}
 
@@ -24,25 +25,8 @@ def test_service_document_names_version_capabilities_and_scopes(client: httpx.Cl
     assert document["object"] == "service"
     assert document["lmsp_version"] == "1.0"
     assert document["service"]["name"] == "lmsp-jupyter"
-    assert document["capabilities"] == [
-        "streaming",
-        "tasks",
-        "conversations",
-        "tools",
-        "structured_output",
-        "reasoning",
-    ]
-    assert document["auth"] == {
-        "type": "bearer",
-        "scopes": [
-            "models:read",
-            "models:write",
-            "responses:read",
-            "responses:write",
-            "tasks:read",
-            "tasks:write",
-        ],
-    }
+    assert document["capabilities"] == SPEC_SERVICE_DOCUMENT["capabilities"]
+    assert document["auth"] == SPEC_SERVICE_DOCUMENT["auth"]
 
 
 def test_models_list_the_bundled_default(client: httpx.Client) -> None:

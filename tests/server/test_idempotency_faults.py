@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -60,53 +61,57 @@ def assert_replayed(first: httpx.Response, again: httpx.Response) -> None:
 # --- streams -----------------------------------------------------------------------------------
 
 
-@pytest.mark.script({"deltas": ["Hel", "lo"]})
-async def test_a_finished_stream_replays_as_the_same_stream(
-    jp_serverapp: Any,
-    lmsp: httpx.AsyncClient,
-) -> None:
-    engine = scripted_engine(jp_serverapp)
-    first = await stream(lmsp, "stream-replay")
-    again = await stream(lmsp, "stream-replay")
-    assert_replayed(first, again)
+def same_stream(first: httpx.Response, again: httpx.Response) -> None:
     assert again.headers["cache-control"] == "no-cache"
     assert events_of(again) == events_of(first)
     assert events_of(first)[-1].event == "response.completed"
-    assert len(engine.prompts) == 1  # generated once
 
 
-@pytest.mark.script({"deltas": ["Hel", "lo"]})
-async def test_a_finished_chat_stream_replays_as_the_same_chunks(
-    jp_serverapp: Any,
-    lmsp: httpx.AsyncClient,
-) -> None:
-    engine = scripted_engine(jp_serverapp)
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
-    headers = {"Idempotency-Key": "chat-replay"}
-    first = await lmsp.post("/chat/completions", json=body, headers=headers)
-    again = await lmsp.post("/chat/completions", json=body, headers=headers)
-    assert_replayed(first, again)
+def same_chunks(first: httpx.Response, again: httpx.Response) -> None:
     assert again.headers["content-type"].startswith("text/event-stream")
     assert frames(again.text) == frames(first.text)  # keep-alive comments aside
     assert first.text.endswith("data: [DONE]\n\n")
-    assert len(engine.prompts) == 1  # generated once
 
 
-@pytest.mark.script({"deltas": ["Hel", "lo"]})
-async def test_a_background_stream_replays_its_task_events(
-    jp_serverapp: Any,
-    lmsp: httpx.AsyncClient,
-) -> None:
-    engine = scripted_engine(jp_serverapp)
-    first = await stream(lmsp, "background-replay", background=True)
-    again = await stream(lmsp, "background-replay", background=True)
-    assert first.status_code == again.status_code == 200
-    assert again.headers["idempotent-replayed"] == "true"
+def same_task_events(first: httpx.Response, again: httpx.Response) -> None:
     events = events_of(first)
     assert [e.event for e in events][:2] == ["response.created", "response.in_progress"]
     assert events[-1].event == "response.completed"
     assert events_of(again) == events
-    assert len(engine.prompts) == 1  # one task, generated once
+
+
+CHAT: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+#: A finished stream sent again with its key: the path, the body and what the replay repeats.
+REPLAYED_STREAMS = [
+    pytest.param("/responses", {**BODY, "stream": True}, same_stream, id="the same stream"),
+    pytest.param(
+        "/chat/completions", {**CHAT, "stream": True}, same_chunks, id="a chat's same chunks"
+    ),
+    pytest.param(
+        "/responses",
+        {**BODY, "stream": True, "background": True},
+        same_task_events,
+        id="a background stream's task events",
+    ),
+]
+
+
+@pytest.mark.script({"deltas": ["Hel", "lo"]})
+@pytest.mark.parametrize(("path", "body", "same"), REPLAYED_STREAMS)
+async def test_a_finished_stream_replays_as_it_was_sent_and_is_generated_once(
+    jp_serverapp: Any,
+    lmsp: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    same: Callable[[httpx.Response, httpx.Response], None],
+) -> None:
+    engine = scripted_engine(jp_serverapp)
+    headers = {"Idempotency-Key": "stream-replay"}
+    first = await lmsp.post(path, json=body, headers=headers)
+    again = await lmsp.post(path, json=body, headers=headers)
+    assert_replayed(first, again)
+    same(first, again)
+    assert len(engine.prompts) == 1  # generated once (a background stream: one task)
 
 
 @pytest.mark.script({"deltas": ["a"] * 200, "delay": 0.02}, {"deltas": ["b"]})

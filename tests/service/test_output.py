@@ -11,19 +11,7 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.protocol.events import (
-    EVENT_NAMES,
-    ContentPartAdded,
-    ContentPartDone,
-    EventData,
-    FunctionCallArgumentsDelta,
-    FunctionCallArgumentsDone,
-    OutputItemAdded,
-    OutputItemDone,
-    OutputTextDelta,
-    OutputTextDone,
-    ReasoningSummaryTextDelta,
-)
+from lmsp_jupyter.protocol import events as ev
 from lmsp_jupyter.protocol.items import (
     OutputFunctionCall,
     OutputMessage,
@@ -63,29 +51,29 @@ CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
 def build(
     mode: ContentMode, chunks: Sequence[str], **options: Any
-) -> tuple[OutputBuilder, list[EventData]]:
+) -> tuple[OutputBuilder, list[ev.EventData]]:
     """Feed ``chunks`` to a new builder, then finish it; its events in order."""
     builder = OutputBuilder(RESPONSE_ID, mode, **options)
-    events: list[EventData] = []
+    events: list[ev.EventData] = []
     for chunk in chunks:
         events += builder.feed(chunk)
     events += builder.finish()
     return builder, events
 
 
-def names(events: Sequence[EventData]) -> list[str]:
-    return [EVENT_NAMES[type(event)] for event in events]
+def names(events: Sequence[ev.EventData]) -> list[str]:
+    return [ev.EVENT_NAMES[type(event)] for event in events]
 
 
 def pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def message_of(events: Sequence[EventData]) -> tuple[OutputItemAdded, str, OutputItemDone]:
+def message_of(events: Sequence[ev.EventData]) -> tuple[ev.OutputItemAdded, str, ev.OutputItemDone]:
     """The one message's added event, its concatenated deltas and its done event."""
-    (added,) = [e for e in events if isinstance(e, OutputItemAdded)]
-    (done,) = [e for e in events if isinstance(e, OutputItemDone)]
-    text = "".join(e.delta for e in events if isinstance(e, OutputTextDelta))
+    (added,) = [e for e in events if isinstance(e, ev.OutputItemAdded)]
+    (done,) = [e for e in events if isinstance(e, ev.OutputItemDone)]
+    text = "".join(e.delta for e in events if isinstance(e, ev.OutputTextDelta))
     return added, text, done
 
 
@@ -101,15 +89,15 @@ def test_text_mode_gives_added_deltas_done_of_one_message_with_the_concatenated_
     assert (added.response_id, added.output_index, added.item.content) == (RESPONSE_ID, 0, [])
     assert added.item.status == "in_progress"
     assert {
-        (e.output_index, e.content_index) for e in events if isinstance(e, OutputTextDelta)
+        (e.output_index, e.content_index) for e in events if isinstance(e, ev.OutputTextDelta)
     } == {(0, 0)}
-    assert [e.delta for e in events if isinstance(e, OutputTextDelta)] == [
+    assert [e.delta for e in events if isinstance(e, ev.OutputTextDelta)] == [
         "Hel",
         "lo, ",
         "world",
         "!",
     ]
-    assert {e.item_id for e in events if isinstance(e, OutputTextDelta)} == {added.item.id}
+    assert {e.item_id for e in events if isinstance(e, ev.OutputTextDelta)} == {added.item.id}
     assert text == "Hello, world!"
     assert done.output_index == 0
     assert done.item == OutputMessage(id=added.item.id, content=[OutputText(text=text)])
@@ -120,9 +108,9 @@ def test_text_mode_gives_added_deltas_done_of_one_message_with_the_concatenated_
 def test_text_part_events_carry_the_part_and_the_whole_text() -> None:
     _, events = build(ContentMode.TEXT, ["a", "b"])
     part_added, text_done, part_done = events[1], events[-3], events[-2]
-    assert isinstance(part_added, ContentPartAdded) and part_added.part == OutputText(text="")
-    assert isinstance(text_done, OutputTextDone) and text_done.text == "ab"
-    assert isinstance(part_done, ContentPartDone) and part_done.part == OutputText(text="ab")
+    assert isinstance(part_added, ev.ContentPartAdded) and part_added.part == OutputText(text="")
+    assert isinstance(text_done, ev.OutputTextDone) and text_done.text == "ab"
+    assert isinstance(part_done, ev.ContentPartDone) and part_done.part == OutputText(text="ab")
     assert {(e.output_index, e.content_index) for e in (part_added, text_done, part_done)} == {
         (0, 0)
     }
@@ -131,7 +119,7 @@ def test_text_part_events_carry_the_part_and_the_whole_text() -> None:
 def test_items_cut_short_are_done_with_status_incomplete() -> None:
     builder = OutputBuilder(RESPONSE_ID, ContentMode.TEXT)
     builder.feed("Hel")
-    (done,) = [e for e in builder.finish(incomplete=True) if isinstance(e, OutputItemDone)]
+    (done,) = [e for e in builder.finish(incomplete=True) if isinstance(e, ev.OutputItemDone)]
     assert done.item.status == "incomplete"
 
 
@@ -150,20 +138,20 @@ def test_empty_generation_still_gives_one_message_with_empty_text() -> None:
 def test_reasoning_between_think_tags_split_across_chunks_becomes_a_reasoning_item() -> None:
     chunks = ["<thi", "nk>pl", "an</th", "ink>\n\nAns", "wer"]
     builder, events = build(ContentMode.TEXT, chunks, reasoning=True)
-    adds = [e for e in events if isinstance(e, OutputItemAdded)]
-    dones = [e for e in events if isinstance(e, OutputItemDone)]
+    adds = [e for e in events if isinstance(e, ev.OutputItemAdded)]
+    dones = [e for e in events if isinstance(e, ev.OutputItemDone)]
     assert [(e.output_index, e.item.type) for e in adds] == [(0, "reasoning"), (1, "message")]
     assert [(e.output_index, e.item.type) for e in dones] == [(0, "reasoning"), (1, "message")]
     reasoning_id, message_id = adds[0].item.id, adds[1].item.id
     assert reasoning_id is not None and reasoning_id.startswith("rs_")
     assert message_id is not None and message_id.startswith("msg_")
-    summary = [e for e in events if isinstance(e, ReasoningSummaryTextDelta)]
+    summary = [e for e in events if isinstance(e, ev.ReasoningSummaryTextDelta)]
     assert "".join(e.delta for e in summary) == "plan"
     assert {e.item_id for e in summary} == {reasoning_id}
     # the reasoning item is done before the message starts
     assert names(events).index(DONE) < names(events).index(ADDED, 1)
     assert dones[0].item == OutputReasoning(id=reasoning_id, summary=[SummaryText(text="plan")])
-    texts = [e for e in events if isinstance(e, OutputTextDelta)]
+    texts = [e for e in events if isinstance(e, ev.OutputTextDelta)]
     assert "".join(e.delta for e in texts) == "Answer"
     assert {e.item_id for e in texts} == {message_id}
     assert dones[1].item == OutputMessage(id=message_id, content=[OutputText(text="Answer")])
@@ -220,7 +208,7 @@ def test_thinking_open_treats_text_up_to_the_closing_tag_as_reasoning() -> None:
     reasoning, message = builder.items
     assert isinstance(reasoning, OutputReasoning)
     assert reasoning.summary == [SummaryText(text="Let me think.")]
-    assert "".join(e.delta for e in events if isinstance(e, ReasoningSummaryTextDelta)) == (
+    assert "".join(e.delta for e in events if isinstance(e, ev.ReasoningSummaryTextDelta)) == (
         "Let me think."
     )
     assert isinstance(message, OutputMessage)
@@ -230,7 +218,7 @@ def test_thinking_open_treats_text_up_to_the_closing_tag_as_reasoning() -> None:
 def test_without_reasoning_think_tags_stay_in_the_message_text() -> None:
     builder, events = build(ContentMode.TEXT, ["<think>x</think>y"], reasoning=False)
     assert names(events) == [ADDED, PART_ADDED, TEXT, *MESSAGE_DONE]
-    assert not any(isinstance(e, ReasoningSummaryTextDelta) for e in events)
+    assert not any(isinstance(e, ev.ReasoningSummaryTextDelta) for e in events)
     (message,) = builder.items
     assert isinstance(message, OutputMessage)
     assert builder.message_text == "<think>x</think>y"
@@ -255,8 +243,8 @@ def test_forced_call_streams_argument_deltas_that_concatenate_to_the_call_argume
     assert count >= 1
     assert names(events) == [ADDED] + [ARGUMENTS] * count + [ARGUMENTS_DONE, DONE]
     added, arguments_done, done = events[0], events[-2], events[-1]
-    assert isinstance(arguments_done, FunctionCallArgumentsDone)
-    assert isinstance(added, OutputItemAdded) and isinstance(done, OutputItemDone)
+    assert isinstance(arguments_done, ev.FunctionCallArgumentsDone)
+    assert isinstance(added, ev.OutputItemAdded) and isinstance(done, ev.OutputItemDone)
     call = added.item
     assert isinstance(call, OutputFunctionCall)
     assert call.name == "get_weather"
@@ -266,7 +254,7 @@ def test_forced_call_streams_argument_deltas_that_concatenate_to_the_call_argume
     final = done.item
     assert isinstance(final, OutputFunctionCall)
     assert (final.id, final.call_id, final.name) == (call.id, call.call_id, "get_weather")
-    arguments = [e for e in events if isinstance(e, FunctionCallArgumentsDelta)]
+    arguments = [e for e in events if isinstance(e, ev.FunctionCallArgumentsDelta)]
     assert {e.item_id for e in arguments} == {call.id}
     assert "".join(e.delta for e in arguments) == final.arguments
     assert {e.output_index for e in arguments} == {0}
@@ -291,17 +279,17 @@ def test_forced_call_arguments_are_exactly_the_object_text_whatever_the_chunking
     (call,) = builder.items
     assert isinstance(call, OutputFunctionCall)
     assert call.arguments == '{"city": "Paris"}'
-    deltas = "".join(e.delta for e in events if isinstance(e, FunctionCallArgumentsDelta))
+    deltas = "".join(e.delta for e in events if isinstance(e, ev.FunctionCallArgumentsDelta))
     assert deltas == '{"city": "Paris"}'
 
 
 def test_forced_call_with_nested_braces_keeps_the_inner_closing_braces() -> None:
     text = '{"name": "f", "arguments": {"a": {"b": [1, {"c": 2}]}}} '
     _, events = build(ContentMode.FORCED_CALL, pieces(text, 2))
-    (done,) = [e for e in events if isinstance(e, OutputItemDone)]
+    (done,) = [e for e in events if isinstance(e, ev.OutputItemDone)]
     assert isinstance(done.item, OutputFunctionCall)
     assert json.loads(done.item.arguments) == {"a": {"b": [1, {"c": 2}]}}
-    deltas = "".join(e.delta for e in events if isinstance(e, FunctionCallArgumentsDelta))
+    deltas = "".join(e.delta for e in events if isinstance(e, ev.FunctionCallArgumentsDelta))
     assert deltas == done.item.arguments
 
 
@@ -321,14 +309,14 @@ def test_auto_hermes_call_of_a_known_tool_becomes_a_function_call_item() -> None
     text = f"<tool_call>{CALL}</tool_call>"
     builder, events = build(ContentMode.AUTO, pieces(text, 4), tools=[WEATHER])
     assert names(events) == [ADDED, ARGUMENTS, ARGUMENTS_DONE, DONE]
-    assert not any(isinstance(e, OutputTextDelta) for e in events)
+    assert not any(isinstance(e, ev.OutputTextDelta) for e in events)
     (call,) = builder.items
     assert isinstance(call, OutputFunctionCall)
     assert call.name == "get_weather"
     assert call.id.startswith("fc_") and call.call_id.startswith("call_")
     assert json.loads(call.arguments) == {"city": "Paris"}
     delta = events[1]
-    assert isinstance(delta, FunctionCallArgumentsDelta)
+    assert isinstance(delta, ev.FunctionCallArgumentsDelta)
     assert (delta.item_id, delta.delta) == (call.id, call.arguments)
 
 
@@ -346,7 +334,7 @@ def test_auto_call_that_does_not_validate_falls_back_to_one_message_of_the_whole
 ) -> None:
     text = f"<tool_call>{call}</tool_call>"
     builder, events = build(ContentMode.AUTO, pieces(text, 5), tools=[WEATHER])
-    assert not any(isinstance(e, FunctionCallArgumentsDelta) for e in events)
+    assert not any(isinstance(e, ev.FunctionCallArgumentsDelta) for e in events)
     _, streamed, done = message_of(events)
     assert streamed == text
     assert done.item.type == "message"
