@@ -32,7 +32,7 @@ if not __package__:  # run as a file: python benchmarks/pass_sizes.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.llama import BatchToken, LlamaModel
-from lmsp_jupyter.engine.passes import PASS_MAX, pass_size
+from lmsp_jupyter.engine.passes import PASS_MAX, SPLIT_ATTENTION_FROM, pass_size
 
 SEQUENCES = 8
 #: Logits of each position of the text, by position.
@@ -120,6 +120,8 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
             ("decode: 1 token beside 1 sequence", probe.read(lambda left: 1, beside=1)),
             ("decode: 1 token beside 7 sequences", probe.read(lambda left: 1, beside=7)),
         ]
+        if len(tokens) <= SPLIT_ATTENTION_FROM:
+            compositions.append(("decode: 1 token alone", probe.read(lambda left: 1)))
         print(f"bundled model, {len(tokens)} tokens; reference: the engine's prompt passes")
         print(f"{'composition':42} {'largest logit difference':>26}")
         for name, logits in compositions:

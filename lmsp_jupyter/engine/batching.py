@@ -28,7 +28,7 @@ from .generation import (
     TextDelta,
 )
 from .llama import BatchToken, LlamaModel, TokenSampler
-from .passes import decode_pass, pass_size
+from .passes import decode_pass, lone_token_needs_pad, pass_size
 from .stops import HeldText
 from .work import GenerationRequest, WorkerSettings
 
@@ -281,7 +281,8 @@ class ModelWorker:
             else:
                 self._forced_passes(sequence)
         if singles:
-            self._decode_pass(decode_pass(sorted(singles)), singles)
+            ids = sorted(singles)
+            self._decode_pass(decode_pass(ids, len(self._slots[ids[0]].tokens)), singles)
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
         """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass; sample it once
@@ -299,7 +300,8 @@ class ModelWorker:
 
     def _read(self, sequence: _Sequence, size: int) -> bool:
         """Evaluate the next ``size`` pending tokens of ``sequence`` in one pass of its own (a
-        lone token with a padding token after it, whose cache is dropped right after); whether
+        lone token with a padding token after it if it needs one, whose cache is dropped right
+        after); whether
         that read all its pending tokens (the last one's logits are kept, at index
         ``size - 1``)."""
         assert self._model is not None and sequence.slot is not None
@@ -310,7 +312,7 @@ class ModelWorker:
             BatchToken(sequence.tokens[p], p, slot.id, last and p == end - 1)
             for p in range(start, end)
         ]
-        if size == 1:
+        if size == 1 and lone_token_needs_pad(start):
             batch.append(BatchToken(0, end, slot.id, False))
         try:
             self._model.decode(batch)

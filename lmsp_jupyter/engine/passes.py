@@ -12,13 +12,23 @@ from __future__ import annotations
 #:   speed for reading prompts;
 #: - attention is tiled from 64 tokens of one sequence: passes hold at most ``PASS_MAX`` of each;
 #: - a pass of one token of one sequence splits attention over the KV cache in chunks that
-#:   depend on how full it is: such a token gets a padding token beside it, which is dropped.
+#:   depend on how full it is, once it attends over 512 cells or more. llama.cpp views a
+#:   sequence's cache in steps of 256 cells, so that is a token at position
+#:   ``SPLIT_ATTENTION_FROM`` or later: such a token gets a padding token beside it, which is
+#:   dropped.
 #:
 #: Each sequence has its own KV stream, its cells in position order, which attention visits in
 #: turn. Then a token's logits depend neither on the other sequences nor on how its prompt was
 #: cut into passes, nor on whether its prefix came from the cache. The batching worker composes
 #: the passes (``engine/batching.py``).
 PASS_MAX = 48
+SPLIT_ATTENTION_FROM = 256
+
+
+def lone_token_needs_pad(position: int) -> bool:
+    """Whether a pass of one token, at ``position`` of its sequence, needs a padding token
+    beside it to keep attention whole."""
+    return position >= SPLIT_ATTENTION_FROM
 
 
 def pass_size(left: int, most: int = PASS_MAX) -> int:
@@ -29,10 +39,13 @@ def pass_size(left: int, most: int = PASS_MAX) -> int:
     return -(-left // passes)
 
 
-def decode_pass(ids: list[int]) -> range:
-    """The pass that reads the sampled tokens of the sequences ``ids`` (in order, at least one):
-    the run of consecutive sequence ids from the first to the last, as llama.cpp reads one pass
-    across streams only for consecutive sequences. The sequences in between (prompts being read,
-    idle slots), and the next one when ``ids`` holds one sequence (the one after the last slot is
-    the pad sequence), get padding tokens: a pad costs a fraction of a pass of its own."""
-    return range(ids[0], max(ids[-1] + 1, ids[0] + 2))
+def decode_pass(ids: list[int], position: int) -> range:
+    """The pass that reads the sampled tokens of the sequences ``ids`` (in order, at least one;
+    the first one's token at ``position``): the run of consecutive sequence ids from the first
+    to the last, as llama.cpp reads one pass across streams only for consecutive sequences. The
+    sequences in between (prompts being read, idle slots), and the next one when a lone token
+    needs a pad (the one after the last slot is the pad sequence), get padding tokens: a pad
+    costs a fraction of a pass of its own."""
+    if len(ids) == 1 and lone_token_needs_pad(position):
+        return range(ids[0], ids[0] + 2)
+    return range(ids[0], ids[-1] + 1)

@@ -24,7 +24,7 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
 )
 from lmsp_jupyter.engine.llama import LlamaTokenizer
-from lmsp_jupyter.engine.passes import PASS_MAX, decode_pass, pass_size
+from lmsp_jupyter.engine.passes import PASS_MAX, SPLIT_ATTENTION_FROM, decode_pass, pass_size
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from tests.engine.conftest import prompt_of
 
@@ -295,20 +295,21 @@ async def test_top_k_1_is_greedy_at_any_temperature(
 
 
 @pytest.mark.parametrize(
-    ("ids", "ran"),
+    ("ids", "position", "ran"),
     [
-        ([0, 1, 2, 3], range(0, 4)),
-        (list(range(8)), range(0, 8)),  # one pass: its time grows slower than its tokens
-        ([0, 2, 3, 5], range(0, 6)),  # pads for prompts or idle slots between
-        ([3], range(3, 5)),  # a lone token gets a pad beside it
-        ([7], range(7, 9)),  # the last slot's pad goes to the pad sequence
-        ([0, 7], range(0, 8)),
+        ([0, 1, 2, 3], 700, range(0, 4)),
+        (list(range(8)), 700, range(0, 8)),  # one pass: its time grows slower than its tokens
+        ([0, 2, 3, 5], 700, range(0, 6)),  # pads for prompts or idle slots between
+        ([3], SPLIT_ATTENTION_FROM - 1, range(3, 4)),
+        ([3], SPLIT_ATTENTION_FROM, range(3, 5)),  # a lone token far in gets a pad beside it
+        ([7], SPLIT_ATTENTION_FROM, range(7, 9)),  # the last slot's pad: the pad sequence
+        ([0, 7], 0, range(0, 8)),
     ],
 )
 def test_the_sampled_tokens_are_read_in_one_run_of_consecutive_sequences(
-    ids: list[int], ran: range
+    ids: list[int], position: int, ran: range
 ) -> None:
-    assert decode_pass(ids) == ran
+    assert decode_pass(ids, position) == ran
 
 
 @pytest.mark.parametrize(
