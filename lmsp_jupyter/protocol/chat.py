@@ -20,6 +20,7 @@ from .items import (
     InputMessage,
 )
 from .requests import (
+    SAMPLING_FIELDS,
     FunctionTool,
     JsonObjectFormat,
     JsonSchemaFormat,
@@ -219,12 +220,7 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
         model=chat.model,
         input=_input_items(chat.messages),
         max_output_tokens=chat.max_completion_tokens or chat.max_tokens,
-        temperature=chat.temperature,
-        top_p=chat.top_p,
-        top_k=chat.top_k,
-        min_p=chat.min_p,
-        seed=chat.seed,
-        stop=chat.stop,
+        **chat.model_dump(include=SAMPLING_FIELDS),
         response_format=_response_format(chat.response_format),
         tools=[
             FunctionTool(

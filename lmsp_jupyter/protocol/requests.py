@@ -132,6 +132,8 @@ TopP = Annotated[float, Field(gt=0, le=1)]
 TopK = Annotated[int, Field(ge=1, le=1000)]
 MinP = Annotated[float, Field(ge=0, le=1)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+#: The sampling fields, named alike in the Responses and Chat Completions requests.
+SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p", "seed", "stop"}
 
 
 class ResponseRequest(_Strict):
