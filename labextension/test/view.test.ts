@@ -1,6 +1,14 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { AnswerView, type IAnswerActions, type IAnswerState, type ITaskEvent } from '../src/render';
+import {
+  AnswerView,
+  type IAnswerActions,
+  type IAnswerState,
+  type IResponse,
+  type IRoundState,
+  type ITaskEvent,
+  type OutputItem
+} from '../src/render';
 import {
   MSG,
   RESP,
@@ -45,6 +53,14 @@ function streaming(...events: ITaskEvent[]): AnswerView {
   const view = viewOf();
   view.applyEvents(TASK, [created(1), messageAdded(2), ...events]);
   return view;
+}
+
+/** A round of TASK whose response completed with `output`; `response` adds or changes fields. */
+function finished(output: OutputItem[], response: Partial<IResponse> = {}): IRoundState {
+  return {
+    task_id: TASK,
+    response: { id: RESP, status: 'completed', model: 'm', output, ...response }
+  };
 }
 
 function flushFrames(): void {
@@ -139,23 +155,20 @@ describe('AnswerView', () => {
       state({
         status: 'completed',
         rounds: [
-          {
-            task_id: TASK,
-            response: {
-              id: RESP,
-              status: 'completed',
+          finished(
+            [
+              {
+                type: 'message',
+                id: MSG,
+                role: 'assistant',
+                content: [{ type: 'output_text', text: '# Title\n\nBody' }]
+              }
+            ],
+            {
               model: 'gemma3:270m-q4_k_m',
-              output: [
-                {
-                  type: 'message',
-                  id: MSG,
-                  role: 'assistant',
-                  content: [{ type: 'output_text', text: '# Title\n\nBody' }]
-                }
-              ],
               usage: { input_tokens: 4, output_tokens: 12, total_tokens: 16 }
             }
-          }
+          )
         ]
       })
     );
@@ -188,15 +201,8 @@ describe('AnswerView', () => {
         status: 'completed',
         rounds: [
           {
-            task_id: TASK,
-            seconds,
-            response: {
-              id: RESP,
-              status: 'completed',
-              model: 'm',
-              output: [],
-              usage: { input_tokens: 4, output_tokens: 30, total_tokens: 34 }
-            }
+            ...finished([], { usage: { input_tokens: 4, output_tokens: 30, total_tokens: 34 } }),
+            seconds
           }
         ]
       });
@@ -241,23 +247,15 @@ describe('AnswerView', () => {
       state({
         status: 'requires_action',
         rounds: [
-          {
-            task_id: TASK,
-            response: {
-              id: RESP,
-              status: 'completed',
-              model: 'm',
-              output: [
-                {
-                  type: 'function_call',
-                  id: 'fc_1',
-                  call_id: 'call_1',
-                  name: 'get_weather',
-                  arguments: '{"city":"Paris"}'
-                }
-              ]
+          finished([
+            {
+              type: 'function_call',
+              id: 'fc_1',
+              call_id: 'call_1',
+              name: 'get_weather',
+              arguments: '{"city":"Paris"}'
             }
-          }
+          ])
         ],
         tool_calls: {
           call_1: {
@@ -280,18 +278,15 @@ describe('AnswerView', () => {
 
   it('adds Approve and Deny once the kernel state names a call first seen without it', () => {
     const view = makeView();
-    const finished = {
-      task_id: TASK,
-      response: { id: RESP, status: 'completed' as const, model: 'm', output: [CALL] }
-    };
+    const round = finished([CALL]);
     // the round ended before the kernel sent its decision state: no buttons yet
-    view.setState(state({ status: 'in_progress', rounds: [finished] }));
+    view.setState(state({ status: 'in_progress', rounds: [round] }));
     const card = () => view.node.querySelector('.lmsp-call[data-call-id="call_1"]')!;
     expect(card().querySelector('.lmsp-approve')).toBeNull();
     view.setState(
       state({
         status: 'requires_action',
-        rounds: [finished],
+        rounds: [round],
         tool_calls: { call_1: { name: 'f', arguments: '{}', decision: 'pending', output: null } }
       })
     );
@@ -303,13 +298,7 @@ describe('AnswerView', () => {
     const view = makeView();
     view.setState(
       state({
-        rounds: [
-          {
-            task_id: TASK,
-            response: { id: RESP, status: 'completed', model: 'm', output: [CALL] }
-          },
-          { task_id: 'task_02', response: null }
-        ],
+        rounds: [finished([CALL]), { task_id: 'task_02', response: null }],
         tool_calls: {
           call_1: { name: 'f', arguments: '{}', decision: 'denied', output: 'denied by the user' }
         }
