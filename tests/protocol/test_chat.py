@@ -28,12 +28,11 @@ from lmsp_jupyter.protocol.items import (
     OutputText,
 )
 from lmsp_jupyter.protocol.requests import JsonSchemaFormat, NamedToolChoice, validate_request
-from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
+from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
 from lmsp_jupyter.server.sse import sse_frame
+from tests.protocol.helpers import RESPONSE, RID
 
-RID = "resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"
 USAGE = Usage(input_tokens=3, output_tokens=2, total_tokens=5)
-RESPONSE = Response(id=RID, created_at=1794200000, status="in_progress", model="m")
 
 
 def chat(**fields: Any) -> ChatCompletionRequest:

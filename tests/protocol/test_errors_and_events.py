@@ -12,15 +12,14 @@ from lmsp_jupyter.protocol import events
 from lmsp_jupyter.protocol.errors import PROBLEM_TYPES, LmspError, Problem, ProblemCode
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
-from lmsp_jupyter.protocol.responses import IncompleteDetails, Response, Usage
+from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
 from lmsp_jupyter.server.sse import sse_frame
+from tests.protocol.helpers import RESPONSE, RID
 from tests.spec import SPEC_STATUSES
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
-RID = "resp_01J8M6Q4W2T7N5R3V9X1Z8B0DF"
 MID = "msg_01J8M6Q4W5C8H2K9P3S7Y1A6ZE"
 USAGE = Usage(input_tokens=28, output_tokens=31, total_tokens=59)
-RESPONSE = Response(id=RID, created_at=1794200000, status="in_progress", model="m")
 
 
 # --- problems ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Page
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import LiveServer, start_server
-from tests.helpers import eventually
+from tests.helpers import eventually, message_text
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
@@ -30,6 +30,21 @@ FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
 LOAD = "%load_ext lmsp_jupyter"
 #: A greedy story ask of ``n`` tokens: long enough to watch, cut by max_output_tokens.
 STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
+#: A cell defining the tool ``weather`` (it records each city in ``calls``), and an ask that
+#: makes the model call it; ``print(calls)`` then shows the calls the tool ran.
+WEATHER_TOOL = (
+    "import lmsp_jupyter\n"
+    "calls = []\n\n"
+    "@lmsp_jupyter.tool\n"
+    "def weather(city: str) -> str:\n"
+    '    """The weather in a city."""\n'
+    "    calls.append(city)\n"
+    '    return "sunny"'
+)
+ASK_WEATHER = (
+    "%lmsp ask --tools weather --tool-choice weather --max-tokens 24 --temperature 0 "
+    "The weather in Paris:"
+)
 
 
 def start_lab(
@@ -158,6 +173,27 @@ class Notebook:
         """Wait until the answer in cell ``index`` shows some text (it is streaming)."""
         self.wait_until(lambda: len(self.message(index)) > 20, 120, "some text")
 
+    def stream(self) -> str:
+        """Run cell 0 (``LOAD``) and cell 1 (an ask); wait until its answer streams; its task id."""
+        self.run(0)
+        self.run(1)
+        self.wait_text(1)
+        return self.task_id(1)
+
+    def growing_texts(self, index: int, timeout: float, what: str) -> list[str]:
+        """The texts the answer in cell ``index`` shows ``in_progress``, each longer than the
+        one before: three, or fewer when the answer reaches a final status first."""
+        seen: list[str] = []
+
+        def grown() -> bool:
+            text = self.message(index)
+            if self.status(index) == "in_progress" and (not seen or len(text) > len(seen[-1])):
+                seen.append(text)
+            return len(seen) >= 3 or self.status(index) in FINAL_STATUSES
+
+        self.wait_until(grown, timeout, what)
+        return seen
+
     def wait_final(self, index: int, timeout: float = 240) -> str:
         """Wait for the answer in cell ``index`` to reach a final status; return it."""
         self.wait_until(
@@ -171,6 +207,28 @@ class Notebook:
         match = re.search(r"task_[0-9A-Z]{26}", shown)
         assert match, shown
         return match[0]
+
+    def wait_approve(self, index: int, timeout: float) -> Any:
+        """Wait until the answer in cell ``index`` offers an enabled Approve button; the button."""
+        approve = self.cell(index).locator(".lmsp-approve")
+        self.wait_until(
+            lambda: approve.count() > 0 and approve.first.is_enabled(), timeout, "Approve"
+        )
+        return approve
+
+    def printed_calls(self, index: int) -> str:
+        """Run cell ``index`` (``print(calls)``) once the kernel is idle; what it printed."""
+        self.wait_idle()
+        self.run(index)
+        self.wait_until(lambda: "[" in self.output_text(index), 30, "the printed calls")
+        return self.output_text(index)
+
+    def open_panel(self) -> Any:
+        """Open the LMSP side panel from its tab in the side bar; the panel."""
+        self.page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
+        panel = self.page.locator("#lmsp-panel")
+        panel.wait_for(state="visible")
+        return panel
 
     def save(self) -> None:
         """Save the notebook (Ctrl+S) and wait until it is saved."""
@@ -203,6 +261,11 @@ def open_notebook(browser: Browser, lab: LiveServer, name: str) -> Notebook:
     return notebook
 
 
+def open_story(browser: Browser, lab: LiveServer, name: str, tokens: int) -> Notebook:
+    """``name``, a new notebook of ``LOAD`` and a ``STORY`` ask of ``tokens`` tokens, open."""
+    return open_notebook(browser, lab, write_notebook(lab, name, LOAD, STORY.format(n=tokens)))
+
+
 def reopen(notebook: Notebook) -> None:
     """Reload the page, as a user pressing F5, and wait for the notebook again."""
     notebook.page.reload()
@@ -225,6 +288,11 @@ def server_task(lab: LiveServer, task: str) -> dict[str, Any]:
         assert reply.status_code == 200, reply.text
         body: dict[str, Any] = reply.json()
         return body
+
+
+def server_text(lab: LiveServer, task: str) -> str:
+    """The answer text the server has for a finished task."""
+    return message_text(server_task(lab, task)["result"])
 
 
 def jupyter_api(lab: LiveServer) -> httpx.Client:

@@ -21,6 +21,7 @@ from lmsp_jupyter.kernel.state import FINAL_STATUSES
 from tests.conftest import MODEL, LiveServer
 from tests.helpers import eventually
 from tests.proxy import LoopbackProxy
+from tests.ui.lab import server_task
 
 FINAL_TYPES = (
     "response.completed",
@@ -124,20 +125,11 @@ def create_task(live_server: LiveServer, max_output_tokens: int) -> dict[str, An
     return task
 
 
-def get_task(live_server: LiveServer, task_id: str) -> dict[str, Any]:
-    """The task as the server has it now."""
-    with live_server.client() as client:
-        reply = client.get(f"/tasks/{task_id}")
-    assert reply.status_code == 200, reply.text
-    task: dict[str, Any] = reply.json()
-    return task
-
-
 def wait_final(live_server: LiveServer, task_id: str, timeout: float = 180) -> dict[str, Any]:
     """Poll the task until it is final."""
 
     def final() -> dict[str, Any] | None:
-        task = get_task(live_server, task_id)
+        task = server_task(live_server, task_id)
         return task if task["status"] in FINAL_STATUSES else None
 
     return eventually(final, within=timeout, interval=0.2, what=f"task {task_id} final")
@@ -205,7 +197,7 @@ def test_eventsource_reconnects_after_a_cut_and_misses_nothing(
     )
     cut = proxy.cut()
     before_cut = page.evaluate("window.received.length")
-    status_at_cut = get_task(live_server, task["id"])["status"]
+    status_at_cut = server_task(live_server, task["id"])["status"]
     assert cut >= 1
     assert proxy.connections_for(path), "the events never went through the proxy"
 

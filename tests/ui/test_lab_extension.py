@@ -17,20 +17,7 @@ from playwright.sync_api import Browser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import LiveServer, stop_server
 from tests.helpers import message_text
-from tests.ui.lab import (
-    FINAL_STATUSES,
-    LOAD,
-    STORY,
-    normalized,
-    open_notebook,
-    reopen_without_kernel,
-    running_kernels,
-    saved_answer,
-    server_task,
-    shutdown_kernel,
-    start_lab,
-    write_notebook,
-)
+from tests.ui import lab as ui
 
 # Finished tasks lose their events after 1 s and are gone after 2 s; purged every second.
 PURGING: dict[str, object] = {
@@ -45,7 +32,7 @@ PURGING: dict[str, object] = {
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """JupyterLab with the LMSP lab extension."""
-    server = start_lab(tmp_path_factory.mktemp("lab-extension"), lab_extension=True)
+    server = ui.start_lab(tmp_path_factory.mktemp("lab-extension"), lab_extension=True)
     yield server
     stop_server(server)
 
@@ -53,7 +40,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 @pytest.fixture(scope="module")
 def purging_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """JupyterLab with the LMSP lab extension whose service forgets finished tasks at once."""
-    server = start_lab(tmp_path_factory.mktemp("lab-purging"), lab_extension=True, config=PURGING)
+    server = ui.start_lab(
+        tmp_path_factory.mktemp("lab-purging"), lab_extension=True, config=PURGING
+    )
     yield server
     stop_server(server)
 
@@ -69,13 +58,10 @@ def bundled_model(lab: LiveServer) -> dict[str, Any]:
 def test_a_running_answer_streams_on_after_its_kernel_is_shut_down(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "orphan.ipynb", LOAD, STORY.format(n=320))
-    notebook = open_notebook(browser, lab, name)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_text(1)
+    notebook = ui.open_story(browser, lab, "orphan.ipynb", 320)
+    notebook.stream()
     notebook.save()
-    state = saved_answer(lab, name, 1)
+    state = ui.saved_answer(lab, notebook.name, 1)
     (round_,) = state["rounds"]
     task = round_["task_id"]
     assert round_["response"] is None  # saved mid-stream: the round is still running
@@ -85,35 +71,27 @@ def test_a_running_answer_streams_on_after_its_kernel_is_shut_down(
     before_reload = notebook.message(1)
 
     kernel = state["kernel_id"]
-    assert kernel in running_kernels(lab)
-    shutdown_kernel(lab, kernel)
-    assert kernel not in running_kernels(lab)
+    assert kernel in ui.running_kernels(lab)
+    ui.shutdown_kernel(lab, kernel)
+    assert kernel not in ui.running_kernels(lab)
 
-    reopen_without_kernel(notebook)
-    status_at_reload = server_task(lab, task)["status"]
+    ui.reopen_without_kernel(notebook)
+    status_at_reload = ui.server_task(lab, task)["status"]
     notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer after reload")
     assert notebook.task_id(1) == task
     # The text grows while the task runs: at least three growing texts shown as in_progress,
     # read with no kernel behind the page.
-    seen: list[str] = []
-
-    def grown_twice() -> bool:
-        text = notebook.message(1)
-        if notebook.status(1) == "in_progress" and (not seen or len(text) > len(seen[-1])):
-            seen.append(text)
-        return len(seen) >= 3 or notebook.status(1) in FINAL_STATUSES
-
-    notebook.wait_until(grown_twice, 240, "the text to grow after the reload")
+    seen = notebook.growing_texts(1, 240, "the text to grow after the reload")
     assert len(seen) >= 3, f"the task was {status_at_reload} at the reload; seen: {seen}"
     assert notebook.wait_final(1) == "incomplete"  # 320 tokens of a story: cut by max tokens
-    final = normalized(notebook.message(1))
+    final = ui.normalized(notebook.message(1))
     for text in [before_reload, *seen]:
-        assert final.startswith(normalized(text)[:-1])
-    task_state = server_task(lab, task)
+        assert final.startswith(ui.normalized(text)[:-1])
+    task_state = ui.server_task(lab, task)
     assert task_state["status"] == "incomplete"
     # The server's text exactly: nothing replayed twice after the reload, nothing missing.
-    assert final == normalized(message_text(task_state["result"]))
-    assert kernel not in running_kernels(lab)
+    assert final == ui.normalized(message_text(task_state["result"]))
+    assert kernel not in ui.running_kernels(lab)
     assert notebook.page.locator(".jp-Toolbar-kernelName").first.inner_text() == "No Kernel"
     print(f"\nthe task was {status_at_reload} at the reload; seen growing: {len(seen)} texts")
 
@@ -122,14 +100,14 @@ def test_a_finished_answer_renders_after_its_task_is_purged(
     browser: Browser, purging_lab: LiveServer
 ) -> None:
     lab = purging_lab
-    name = write_notebook(
+    name = ui.write_notebook(
         lab,
         "purged.ipynb",
-        LOAD,
-        "answer = " + STORY.format(n=24),
+        ui.LOAD,
+        "answer = " + ui.STORY.format(n=24),
         "answer.wait();",
     )
-    notebook = open_notebook(browser, lab, name)
+    notebook = ui.open_notebook(browser, lab, name)
     for index in (0, 1, 2):
         notebook.run(index)
     assert notebook.wait_final(1) == "incomplete"
@@ -137,7 +115,7 @@ def test_a_finished_answer_renders_after_its_task_is_purged(
     task = notebook.task_id(1)
     shown = notebook.message(1)
     notebook.save()
-    state = saved_answer(lab, name, 1)
+    state = ui.saved_answer(lab, name, 1)
     assert state["status"] == "incomplete"
     (round_,) = state["rounds"]
     assert round_["task_id"] == task
@@ -145,19 +123,19 @@ def test_a_finished_answer_renders_after_its_task_is_purged(
     assert response["status"] == "incomplete"
     text = message_text(response)
     assert text.strip()
-    assert normalized(shown) == normalized(text)
+    assert ui.normalized(shown) == ui.normalized(text)
 
-    shutdown_kernel(lab, state["kernel_id"])
+    ui.shutdown_kernel(lab, state["kernel_id"])
     with lab.client() as client:
         notebook.wait_until(
             lambda: client.get(f"/tasks/{task}").status_code == 404, 60, "the task purged"
         )
         assert client.get(f"/tasks/{task}/events").status_code == 404
-    reopen_without_kernel(notebook)
+    ui.reopen_without_kernel(notebook)
     notebook.wait_until(lambda: notebook.status(1) != "", 60, "the answer after reload")
     assert notebook.status(1) == "incomplete"
     assert notebook.task_id(1) == task
-    assert normalized(notebook.message(1)) == normalized(text)
+    assert ui.normalized(notebook.message(1)) == ui.normalized(text)
     answer = notebook.answer(1)
     assert answer.locator(".lmsp-stop").is_hidden()
     assert answer.locator(".lmsp-note").is_hidden()  # nothing followed, nothing missing
@@ -166,16 +144,9 @@ def test_a_finished_answer_renders_after_its_task_is_purged(
 def test_the_side_panel_lists_a_running_task_and_cancels_it(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "panel.ipynb", LOAD, STORY.format(n=400))
-    notebook = open_notebook(browser, lab, name)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_text(1)
-    task = notebook.task_id(1)
-    page = notebook.page
-    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
-    panel = page.locator("#lmsp-panel")
-    panel.wait_for(state="visible")
+    notebook = ui.open_story(browser, lab, "panel.ipynb", 400)
+    task = notebook.stream()
+    panel = notebook.open_panel()
 
     row = panel.locator(f'.lmsp-panel-task[data-task-id="{task}"]')
     notebook.wait_until(
@@ -204,13 +175,12 @@ def test_the_side_panel_lists_a_running_task_and_cancels_it(
     )
     assert str(row.locator(".lmsp-panel-badge").text_content()) == "cancelled"
     assert row.locator(".lmsp-panel-cancel").count() == 0
-    assert server_task(lab, task)["status"] == "cancelled"
+    assert ui.server_task(lab, task)["status"] == "cancelled"
     assert notebook.wait_final(1) == "cancelled"
 
 
 def test_the_status_bar_says_when_the_service_generates(browser: Browser, lab: LiveServer) -> None:
-    name = write_notebook(lab, "status.ipynb", LOAD, STORY.format(n=160))
-    notebook = open_notebook(browser, lab, name)
+    notebook = ui.open_story(browser, lab, "status.ipynb", 160)
     item = notebook.page.locator(".lmsp-statusbar")
     with lab.client() as client:
         assert client.get("/tasks", params={"status": "in_progress"}).json()["data"] == []

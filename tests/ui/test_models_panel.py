@@ -36,12 +36,15 @@ def empty_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(
-    tmp_path_factory: pytest.TempPathFactory, missing_dir: Path, empty_dir: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    missing_dir: Path,
+    empty_dir: Path,
+    bundled_model_path: Path,
 ) -> Iterator[LiveServer]:
     """JupyterLab whose LMSP service has a second model, a missing model directory and an
     empty one."""
     models = tmp_path_factory.mktemp("gguf")
-    shutil.copyfile(ModelCatalog().get(BUNDLED_MODEL_ID).path(), models / f"{COPY}.gguf")
+    shutil.copyfile(bundled_model_path, models / f"{COPY}.gguf")
     dirs = [str(models), str(missing_dir), str(empty_dir)]
     config = {
         "LmspApp": {"model_dirs": dirs, "context_size": 2048},
@@ -57,10 +60,7 @@ def test_the_side_panel_loads_shows_and_unloads_a_model(
 ) -> None:
     name = write_notebook(lab, "models.ipynb", "1 + 1")
     notebook = open_notebook(browser, lab, name)
-    page = notebook.page
-    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
-    panel = page.locator("#lmsp-panel")
-    panel.wait_for(state="visible")
+    panel = notebook.open_panel()
     row = panel.locator(f'.lmsp-panel-model[data-model-id="{COPY}"]')
     notebook.wait_until(lambda: row.count() == 1, 60, "the copy in the panel")
 
@@ -135,19 +135,16 @@ def test_the_side_panel_shows_the_bundled_models_assembly_then_the_model_loaded(
     assert not assembled.exists()
     name = write_notebook(fresh_lab, "assembly.ipynb", "1 + 1")
     notebook = open_notebook(browser, fresh_lab, name)
-    page = notebook.page
-    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="lmsp-panel"]').click()
-    panel = page.locator("#lmsp-panel")
-    panel.wait_for(state="visible")
+    panel = notebook.open_panel()
     row = panel.locator(f'.lmsp-panel-model[data-model-id="{BUNDLED_MODEL_ID}"]')
     notebook.wait_until(lambda: row.count() == 1, 60, "the bundled model in the panel")
     assert row.get_attribute("data-status") == "available"  # described without assembling
-    page.evaluate(RECORD_LOADING)
+    notebook.page.evaluate(RECORD_LOADING)
 
     row.locator(".lmsp-panel-load").click()
     notebook.wait_until(lambda: row.get_attribute("data-status") == "loaded", 300, "loaded")
 
-    recorded = page.evaluate("window.lmspLoading")
+    recorded = notebook.page.evaluate("window.lmspLoading")
     shown = [text for model, text in recorded if model == BUNDLED_MODEL_ID]
     progress = [text for text in shown if re.fullmatch(r"assembling the GGUF file \d+%", text)]
     assert progress, shown  # the panel showed the assembly under way

@@ -14,19 +14,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from tests.conftest import LiveServer, stop_server
-from tests.helpers import message_text
-from tests.ui.lab import (
-    FINAL_STATUSES,
-    LOAD,
-    STORY,
-    Notebook,
-    normalized,
-    open_notebook,
-    reopen,
-    server_task,
-    start_lab,
-    write_notebook,
-)
+from tests.ui import lab as ui
 
 MODES = ["renderer", "widget"]
 
@@ -36,7 +24,7 @@ def lab(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     """JupyterLab with the LMSP lab extension (``renderer``) or without it (``widget``)."""
-    server = start_lab(
+    server = ui.start_lab(
         tmp_path_factory.mktemp(f"lab-{request.param}"), lab_extension=request.param == "renderer"
     )
     yield server
@@ -48,21 +36,15 @@ def mode(lab: LiveServer) -> str:
     return "renderer" if "lab-renderer" in lab.root_dir else "widget"
 
 
-def check_view(notebook: Notebook, index: int) -> None:
+def check_view(notebook: ui.Notebook, index: int) -> None:
     """The answer is shown by the view this lab is meant to use."""
     renderer = notebook.cell(index).locator(".lmsp-rendered-task .lmsp-answer").count()
     assert (renderer > 0) == (mode(notebook.lab) == "renderer")
     assert notebook.cell(index).locator(".lmsp-answer").count() == 1
 
 
-def server_text(lab: LiveServer, task: str) -> str:
-    """The answer text the server has for a finished task."""
-    return message_text(server_task(lab, task)["result"])
-
-
 def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> None:
-    name = write_notebook(lab, "stream.ipynb", LOAD, STORY.format(n=48))
-    notebook = open_notebook(browser, lab, name)
+    notebook = ui.open_story(browser, lab, "stream.ipynb", 48)
     notebook.run(0)
     notebook.run(1)
     notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer view")
@@ -72,7 +54,7 @@ def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> 
         text = notebook.message(1)
         if text and (not partial or text != partial[-1]):
             partial.append(text)
-        return notebook.status(1) in FINAL_STATUSES
+        return notebook.status(1) in ui.FINAL_STATUSES
 
     notebook.wait_until(final, 240, "a final status")
     answer = notebook.message(1)
@@ -81,19 +63,19 @@ def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> 
     assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
     # Each partial state is the start of the final text (its last word may still be growing).
     for text in growing:
-        head = normalized(text).rsplit(" ", 1)[0]
-        assert normalized(answer).startswith(head), (text, answer)
+        head = ui.normalized(text).rsplit(" ", 1)[0]
+        assert ui.normalized(answer).startswith(head), (text, answer)
     check_view(notebook, 1)
-    assert normalized(answer) == normalized(server_text(lab, notebook.task_id(1)))
+    assert ui.normalized(answer) == ui.normalized(ui.server_text(lab, notebook.task_id(1)))
     notebook.screenshot(f"ask-{mode(lab)}.png")
 
 
 def test_stop_cancels_the_task_and_frees_the_model(browser: Browser, lab: LiveServer) -> None:
-    name = write_notebook(lab, "stop.ipynb", LOAD, STORY.format(n=400), STORY.format(n=6))
-    notebook = open_notebook(browser, lab, name)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_text(1)
+    name = ui.write_notebook(
+        lab, "stop.ipynb", ui.LOAD, ui.STORY.format(n=400), ui.STORY.format(n=6)
+    )
+    notebook = ui.open_notebook(browser, lab, name)
+    notebook.stream()
     notebook.cell(1).locator(".lmsp-stop").first.click()
     assert notebook.wait_final(1) == "cancelled"
     with lab.client() as client:
@@ -104,26 +86,13 @@ def test_stop_cancels_the_task_and_frees_the_model(browser: Browser, lab: LiveSe
 
 
 def test_a_tool_call_runs_after_approve(browser: Browser, lab: LiveServer) -> None:
-    name = write_notebook(
-        lab,
-        "tools.ipynb",
-        LOAD,
-        "import lmsp_jupyter\n"
-        "calls = []\n\n"
-        "@lmsp_jupyter.tool\n"
-        "def weather(city: str) -> str:\n"
-        '    """The weather in a city."""\n'
-        "    calls.append(city)\n"
-        '    return "sunny"',
-        "%lmsp ask --tools weather --tool-choice weather --max-tokens 24 --temperature 0 "
-        "The weather in Paris:",
-        "print(calls)",
+    name = ui.write_notebook(
+        lab, "tools.ipynb", ui.LOAD, ui.WEATHER_TOOL, ui.ASK_WEATHER, "print(calls)"
     )
-    notebook = open_notebook(browser, lab, name)
+    notebook = ui.open_notebook(browser, lab, name)
     for index in (0, 1, 2):
         notebook.run(index)
-    approve = notebook.cell(2).locator(".lmsp-approve")
-    notebook.wait_until(lambda: approve.count() > 0 and approve.first.is_enabled(), 120, "Approve")
+    approve = notebook.wait_approve(2, 120)
     assert notebook.status(2) == "requires_action"
     notebook.screenshot(f"approve-{mode(lab)}.png")
     approve.first.click()
@@ -131,10 +100,7 @@ def test_a_tool_call_runs_after_approve(browser: Browser, lab: LiveServer) -> No
     card = notebook.cell(2).locator(".lmsp-call").first
     assert card.get_attribute("data-decision") == "approved"
     assert "sunny" in card.inner_text()
-    notebook.wait_idle()
-    notebook.run(3)
-    notebook.wait_until(lambda: "[" in notebook.output_text(3), 30, "the printed calls")
-    (city,) = re.findall(r"'([^']*)'", notebook.output_text(3))
+    (city,) = re.findall(r"'([^']*)'", notebook.printed_calls(3))
     assert city
     assert city in card.inner_text()
 
@@ -142,19 +108,15 @@ def test_a_tool_call_runs_after_approve(browser: Browser, lab: LiveServer) -> No
 def test_a_reload_mid_stream_continues_without_duplicates(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "reload.ipynb", LOAD, STORY.format(n=160))
-    notebook = open_notebook(browser, lab, name)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_text(1)
-    task = notebook.task_id(1)
+    notebook = ui.open_story(browser, lab, "reload.ipynb", 160)
+    task = notebook.stream()
     notebook.save()
-    reopen(notebook)
+    ui.reopen(notebook)
     notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer after reload")
     with lab.client() as client:
         status_at_reload = client.get(f"/tasks/{task}").json()["status"]
     assert notebook.wait_final(1) == "incomplete"
     assert notebook.task_id(1) == task
     check_view(notebook, 1)
-    assert normalized(notebook.message(1)) == normalized(server_text(lab, task))
+    assert ui.normalized(notebook.message(1)) == ui.normalized(ui.server_text(lab, task))
     print(f"\nthe task was {status_at_reload} at the reload")

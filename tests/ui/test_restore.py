@@ -18,29 +18,14 @@ from playwright.sync_api import Browser
 
 from tests.conftest import LiveServer, stop_server
 from tests.helpers import message_text
-from tests.ui.lab import (
-    FINAL_STATUSES,
-    LOAD,
-    STORY,
-    Notebook,
-    jupyter_api,
-    normalized,
-    open_notebook,
-    reopen_without_kernel,
-    running_kernels,
-    saved_answer,
-    server_task,
-    shutdown_kernel,
-    start_lab,
-    write_notebook,
-)
+from tests.ui import lab as ui
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """JupyterLab with the LMSP lab extension, and without autosave: nothing is saved unasked."""
     tmp = tmp_path_factory.mktemp("lab-restore")
-    server = start_lab(tmp, lab_extension=True)
+    server = ui.start_lab(tmp, lab_extension=True)
     docmanager = tmp / "settings" / "@jupyterlab" / "docmanager-extension"
     docmanager.mkdir(parents=True)
     (docmanager / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
@@ -48,20 +33,32 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     stop_server(server)
 
 
-def opened(browser: Browser, lab: LiveServer, name: str) -> Notebook:
+def opened(browser: Browser, lab: LiveServer, name: str) -> ui.Notebook:
     """The notebook open in a new browser context; leaving it unsaved is accepted."""
-    notebook = open_notebook(browser, lab, name)
+    notebook = ui.open_notebook(browser, lab, name)
     notebook.page.on("dialog", lambda dialog: dialog.accept())  # "leave with unsaved changes?"
     return notebook
 
 
-def reload_unsaved(notebook: Notebook) -> None:
+def streaming_story(
+    browser: Browser, lab: LiveServer, name: str, tokens: int
+) -> tuple[ui.Notebook, str, str]:
+    """``name``, a new notebook asking for a story of ``tokens`` tokens, open and its answer
+    streaming: the notebook, the answer's task and the kernel that asked."""
+    ui.write_notebook(lab, name, ui.LOAD, ui.STORY.format(n=tokens))
+    notebook = opened(browser, lab, name)
+    task = notebook.stream()
+    (kernel,) = ui.running_kernels(lab)
+    return notebook, task, kernel
+
+
+def reload_unsaved(notebook: ui.Notebook) -> None:
     """Reload the page (F5) without saving, and wait until the extension has looked for tasks."""
     notebook.page.reload()
     wait_restored(notebook)
 
 
-def wait_restored(notebook: Notebook) -> int:
+def wait_restored(notebook: ui.Notebook) -> int:
     """Wait for the extension's look-up of the notebook's tasks; how many answers came back."""
     panel = notebook.page.locator(".jp-NotebookPanel[data-lmsp-restored]")
     notebook.wait_until(lambda: panel.count() > 0, 120, "the look-up of the notebook's tasks")
@@ -76,11 +73,7 @@ def cell_ids(lab: LiveServer, name: str) -> list[str]:
     return [cell["id"] for cell in notebook.cells]
 
 
-def server_text(lab: LiveServer, task: str) -> str:
-    return message_text(server_task(lab, task)["result"])
-
-
-def dirty(notebook: Notebook) -> bool:
+def dirty(notebook: ui.Notebook) -> bool:
     return notebook.page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() > 0
 
 
@@ -96,13 +89,8 @@ def notebook_tasks(lab: LiveServer, name: str) -> list[dict[str, Any]]:
 def test_a_reload_mid_stream_without_saving_brings_the_answer_back_live(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "unsaved-reload.ipynb", LOAD, STORY.format(n=600))
-    notebook = opened(browser, lab, name)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_text(1)
-    task = notebook.task_id(1)
-    (kernel,) = running_kernels(lab)
+    notebook, task, kernel = streaming_story(browser, lab, "unsaved-reload.ipynb", 600)
+    name = notebook.name
     (listed,) = notebook_tasks(lab, name)
     assert listed["id"] == task
     metadata = listed["metadata"]
@@ -119,26 +107,18 @@ def test_a_reload_mid_stream_without_saving_brings_the_answer_back_live(
     answer = notebook.answer(1)
     notebook.wait_until(lambda: answer.count() > 0, 30, "the answer back in its cell")
     assert notebook.task_id(1) == task
-    seen: list[str] = []
-
-    def growing() -> bool:
-        text = notebook.message(1)
-        if notebook.status(1) == "in_progress" and (not seen or len(text) > len(seen[-1])):
-            seen.append(text)
-        return len(seen) >= 3 or notebook.status(1) in FINAL_STATUSES
-
-    notebook.wait_until(growing, 600, "the restored answer to stream")
+    seen = notebook.growing_texts(1, 600, "the restored answer to stream")
     assert len(seen) >= 3, f"the restored answer was not seen streaming: {seen}"
     notebook.screenshot("restored-answer.png")
     # enough seen: the rest of a long story is not needed; the restored answer's Stop works
     notebook.cell(1).locator(".lmsp-stop").first.click()
     status = notebook.wait_final(1)
-    assert status == server_task(lab, task)["status"] == "cancelled"
-    final = normalized(notebook.message(1))
+    assert status == ui.server_task(lab, task)["status"] == "cancelled"
+    final = ui.normalized(notebook.message(1))
     for text in seen:
-        assert final.startswith(normalized(text)[:-1])
+        assert final.startswith(ui.normalized(text)[:-1])
     # the server's text exactly: nothing replayed twice, nothing missing, one answer only
-    assert final == normalized(server_text(lab, task))
+    assert final == ui.normalized(ui.server_text(lab, task))
     assert notebook.cell(1).locator(".lmsp-answer").count() == 1
     assert notebook.cell(1).locator(".jp-OutputArea-output").count() == 1
     assert dirty(notebook)  # changed since it was read: a save keeps the answer
@@ -154,39 +134,34 @@ def saved_outputs(lab: LiveServer, name: str) -> list[Any]:
 def test_a_tab_closed_mid_stream_reopens_with_the_final_answer_after_a_kernel_restart(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "closed-tab.ipynb", LOAD, STORY.format(n=60))
-    notebook = opened(browser, lab, name)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_text(1)
-    task = notebook.task_id(1)
-    (kernel,) = running_kernels(lab)
+    notebook, task, kernel = streaming_story(browser, lab, "closed-tab.ipynb", 60)
     notebook.page.context.close()
-    with jupyter_api(lab) as api:  # the kernel that asked forgets the ask
+    with ui.jupyter_api(lab) as api:  # the kernel that asked forgets the ask
         assert api.post(f"/kernels/{kernel}/restart").status_code == 200
     with lab.client() as client:
         notebook.wait_until(
-            lambda: client.get(f"/tasks/{task}").json()["status"] in FINAL_STATUSES,
+            lambda: client.get(f"/tasks/{task}").json()["status"] in ui.FINAL_STATUSES,
             900,
             "the task to finish",
         )
 
-    notebook = opened(browser, lab, name)  # its kernel is shut down first: a new one starts
+    # its kernel is shut down first: a new one starts
+    notebook = opened(browser, lab, notebook.name)
     assert wait_restored(notebook) == 1
     assert notebook.task_id(1) == task
-    assert notebook.status(1) == server_task(lab, task)["status"]
-    assert normalized(notebook.message(1)) == normalized(server_text(lab, task))
+    assert notebook.status(1) == ui.server_task(lab, task)["status"]
+    assert ui.normalized(notebook.message(1)) == ui.normalized(ui.server_text(lab, task))
     assert notebook.cell(1).locator(".lmsp-stop").is_hidden()
     assert dirty(notebook)
     notebook.save()
-    state = saved_answer(lab, name, 1)
+    state = ui.saved_answer(lab, notebook.name, 1)
     assert [round_["task_id"] for round_ in state["rounds"]] == [task]
-    assert message_text(state["rounds"][0]["response"]) == server_text(lab, task)
+    assert message_text(state["rounds"][0]["response"]) == ui.server_text(lab, task)
 
 
 def test_cleared_outputs_stay_cleared_after_a_reload(browser: Browser, lab: LiveServer) -> None:
-    name = write_notebook(
-        lab, "cleared.ipynb", LOAD, "answer = " + STORY.format(n=16), "answer.wait();"
+    name = ui.write_notebook(
+        lab, "cleared.ipynb", ui.LOAD, "answer = " + ui.STORY.format(n=16), "answer.wait();"
     )
     notebook = opened(browser, lab, name)
     for index in (0, 1, 2):
@@ -206,7 +181,7 @@ def test_two_asks_in_two_cells_come_back_each_to_its_own_cell_with_no_kernel(
     browser: Browser, lab: LiveServer
 ) -> None:
     other = "%lmsp ask --max-tokens 24 --temperature 0 The capital of France is"
-    name = write_notebook(lab, "two-cells.ipynb", LOAD, STORY.format(n=24), other)
+    name = ui.write_notebook(lab, "two-cells.ipynb", ui.LOAD, ui.STORY.format(n=24), other)
     notebook = opened(browser, lab, name)
     for index in (0, 1, 2):
         notebook.run(index)
@@ -215,44 +190,30 @@ def test_two_asks_in_two_cells_come_back_each_to_its_own_cell_with_no_kernel(
     tasks = {index: notebook.task_id(index) for index in (1, 2)}
     assert tasks[1] != tasks[2]
 
-    (kernel,) = running_kernels(lab)
-    shutdown_kernel(lab, kernel)  # nothing in the kernel helps: the front end restores
-    reopen_without_kernel(notebook)
+    (kernel,) = ui.running_kernels(lab)
+    ui.shutdown_kernel(lab, kernel)  # nothing in the kernel helps: the front end restores
+    ui.reopen_without_kernel(notebook)
     assert wait_restored(notebook) == 2
-    assert running_kernels(lab) == []
+    assert ui.running_kernels(lab) == []
     for index, task in tasks.items():
         assert notebook.task_id(index) == task
-        assert notebook.status(index) == server_task(lab, task)["status"]
-        assert normalized(notebook.message(index)) == normalized(server_text(lab, task))
+        assert notebook.status(index) == ui.server_task(lab, task)["status"]
+        assert ui.normalized(notebook.message(index)) == ui.normalized(ui.server_text(lab, task))
         assert notebook.cell(index).locator(".lmsp-answer").count() == 1
     assert notebook.cell(0).locator(".jp-OutputArea-output").count() == 0
-
-
-TOOL = (
-    "import lmsp_jupyter\n"
-    "calls = []\n\n"
-    "@lmsp_jupyter.tool\n"
-    "def weather(city: str) -> str:\n"
-    '    """The weather in a city."""\n'
-    "    calls.append(city)\n"
-    '    return "sunny"'
-)
-ASK_WEATHER = (
-    "%lmsp ask --tools weather --tool-choice weather --max-tokens 24 --temperature 0 "
-    "The weather in Paris:"
-)
 
 
 @pytest.mark.timeout(1200)
 def test_a_reload_while_a_call_waits_for_approval_brings_the_approval_back(
     browser: Browser, lab: LiveServer
 ) -> None:
-    name = write_notebook(lab, "approval.ipynb", LOAD, TOOL, ASK_WEATHER, "print(calls)")
+    name = ui.write_notebook(
+        lab, "approval.ipynb", ui.LOAD, ui.WEATHER_TOOL, ui.ASK_WEATHER, "print(calls)"
+    )
     notebook = opened(browser, lab, name)
     for index in (0, 1, 2):
         notebook.run(index)
-    approve = notebook.cell(2).locator(".lmsp-approve")
-    notebook.wait_until(lambda: approve.count() > 0 and approve.first.is_enabled(), 300, "Approve")
+    approve = notebook.wait_approve(2, 300)
     (first,) = notebook_tasks(lab, name)
 
     reload_unsaved(notebook)
@@ -270,11 +231,8 @@ def test_a_reload_while_a_call_waits_for_approval_brings_the_approval_back(
     second, earlier = notebook_tasks(lab, name)
     assert earlier["id"] == first["id"]
     assert second["metadata"]["ask"] == first["metadata"]["ask"]
-    assert status == server_task(lab, second["id"])["status"]
+    assert status == ui.server_task(lab, second["id"])["status"]
     assert card.get_attribute("data-decision") == "approved"
-    assert normalized(notebook.message(2)) == normalized(server_text(lab, second["id"]))
+    assert ui.normalized(notebook.message(2)) == ui.normalized(ui.server_text(lab, second["id"]))
     assert notebook.cell(2).locator(".lmsp-answer").count() == 1
-    notebook.wait_idle()
-    notebook.run(3)
-    notebook.wait_until(lambda: "[" in notebook.output_text(3), 30, "the printed calls")
-    assert notebook.output_text(3).count("'") == 2  # the tool ran once, after the one click
+    assert notebook.printed_calls(3).count("'") == 2  # the tool ran once, after the one click
