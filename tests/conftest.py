@@ -34,9 +34,13 @@ EDITOR_TOKEN = "editor-secret-token"
 LIVE_PARALLEL = 2
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def bundled_model_path() -> Path:
-    """The bundled GGUF, assembled once before any test changes HOME."""
+    """The bundled GGUF, assembled once, under the real HOME, for the tests that need the model.
+
+    A process assembles it once, where HOME says at that moment: a fixture that changes HOME
+    (pytest-jupyter's in-process server) must come after this one.
+    """
     return ModelCatalog().get(BUNDLED_MODEL_ID).path()
 
 
@@ -152,8 +156,11 @@ def stop_server(server: LiveServer) -> None:
 
 
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``."""
+def live_server(
+    tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path
+) -> Iterator[LiveServer]:
+    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``, generating with
+    the bundled model."""
     tokens = [
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,8 @@ from lmsp_jupyter.engine.llama import LlamaTokenizer
 
 
 @pytest.fixture(scope="module")
-def entry() -> ModelEntry:
+def entry(bundled_model_path: Path) -> ModelEntry:
+    """The bundled model's catalog entry, its GGUF assembled."""
     return ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import numpy as np
 import pytest
 
-from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import EngineError, GrammarError
 from lmsp_jupyter.engine.guidance import (
     MAX_JSON_DEPTH,
@@ -152,13 +150,6 @@ def of_size(size: int) -> dict[str, Any]:
     """A schema whose JSON text is exactly ``size`` bytes long."""
     empty = len(json.dumps({"type": "string", "description": ""}))
     return {"type": "string", "description": "x" * (size - empty)}
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Iterator[LlamaTokenizer]:
-    tokenizer = LlamaTokenizer(ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path())
-    yield tokenizer
-    tokenizer.close()
 
 
 @pytest.fixture(scope="module")

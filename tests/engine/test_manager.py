@@ -29,12 +29,11 @@ COPIES = ("gemma-copy", "gemma-third")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path) -> Path:
     """A model directory holding two copies of the bundled GGUF under other names."""
     directory = tmp_path_factory.mktemp("models")
-    bundled = ModelCatalog().get(BUNDLED_MODEL_ID).path()
     for name in COPIES:
-        shutil.copyfile(bundled, directory / f"{name}.gguf")
+        shutil.copyfile(bundled_model_path, directory / f"{name}.gguf")
     return directory
 
 

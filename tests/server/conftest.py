@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,15 @@ import pytest
 from traitlets.config import Config
 
 from tests.server.helpers import server_config
+
+
+@pytest.fixture
+def jp_home_dir(request: pytest.FixtureRequest, jp_home_dir: Path) -> Path:
+    """pytest-jupyter's temporary HOME. A server on the real engine (a test not marked
+    ``script``) finds the bundled model assembled under the real HOME, before HOME changes."""
+    if request.node.get_closest_marker("script") is None:
+        request.getfixturevalue("bundled_model_path")
+    return jp_home_dir
 
 
 @pytest.fixture

@@ -45,10 +45,10 @@ def model_footprint() -> int:
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def dirs(tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path) -> tuple[Path, Path]:
     """A model directory with a copy of the bundled GGUF, and one that does not exist."""
     directory = tmp_path_factory.mktemp("gguf")
-    shutil.copyfile(ModelCatalog().get(BUNDLED_MODEL_ID).path(), directory / f"{COPY}.gguf")
+    shutil.copyfile(bundled_model_path, directory / f"{COPY}.gguf")
     return directory, directory / "missing"
 
 

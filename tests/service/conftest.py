@@ -4,6 +4,7 @@ the scripted double of ``tests/doubles.py``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +20,8 @@ def context_size() -> int:
 
 
 @pytest.fixture(scope="module")
-def engine(context_size: int) -> Iterator[Engine]:
-    """The real engine, loaded on first use and closed after the module."""
+def engine(context_size: int, bundled_model_path: Path) -> Iterator[Engine]:
+    """The real engine on the bundled model, loaded on first use and closed after the module."""
     with real_engine(context_size) as engine:
         yield engine
 
