@@ -57,18 +57,28 @@ class Keyed:
 
 
 @dataclass
+class Checks:
+    """What the checks after the restarts looked at."""
+
+    #: a task (every task at every restart)
+    tasks: int = 0
+    #: an event a client had received, against its replay
+    events: int = 0
+    #: a stored response a client was given
+    stored: int = 0
+    #: an idempotency key retried with its body
+    keys: int = 0
+
+
+@dataclass
 class Figures:
     """What one run did, for the report."""
 
     kill_points: int = 0
-    #: tasks in the store at the last check, and checks of a task (every task at every restart)
-    tasks: int = 0
-    tasks_checked: int = 0
-    #: checks of an event a client had received against its replay
-    events_checked: int = 0
-    keys_retried: int = 0
-    stored_checked: int = 0
     requests: int = 0
+    #: tasks in the store at the last check
+    tasks: int = 0
+    checks: Checks = field(default_factory=Checks)
 
 
 class Violation(AssertionError):
@@ -315,8 +325,8 @@ class CrashRun:
             for event_id, seen in self.task_events.get(task_id, {}).items():
                 if event_id > len(replayed) or replayed[event_id - 1] != seen:
                     raise Violation(f"{task_id} lost or changed event {event_id}")
-                self.figures.events_checked += 1
-            self.figures.tasks_checked += 1
+                self.figures.checks.events += 1
+            self.figures.checks.tasks += 1
 
     async def _check_stored(self, client: httpx.AsyncClient) -> None:
         """Every stored response a client was given is there, the same."""
@@ -326,7 +336,7 @@ class CrashRun:
                 raise Violation(f"stored {response_id} → {reply.status_code}")
             if given and reply.json()["output"] != given["output"]:
                 raise Violation(f"stored {response_id} changed")
-            self.figures.stored_checked += 1
+            self.figures.checks.stored += 1
 
     async def _check_keys(self, client: httpx.AsyncClient) -> None:
         """No key is stuck: each key of the round just killed works again with its body, and
@@ -337,7 +347,7 @@ class CrashRun:
                 db.execute("SELECT json_extract(metadata, '$.key'), id FROM tasks").fetchall()
             )
         await asyncio.gather(*(self._retry(client, key, tasks_of.get(key)) for key in keys))
-        self.figures.keys_retried += len(keys)
+        self.figures.checks.keys += len(keys)
 
     async def _retry(self, client: httpx.AsyncClient, key: str, stored: str | None) -> None:
         keyed = self.keyed[key]
