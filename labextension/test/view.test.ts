@@ -330,18 +330,13 @@ describe('AnswerView', () => {
 
   it('shows a failed round with its problem', () => {
     const view = viewOf();
-    view.applyEvents(TASK, [
-      created(1),
-      {
-        id: 2,
-        event: 'response.failed',
-        data: {
-          response_id: RESP,
-          status: 'failed',
-          error: { code: 'generation_failed', detail: 'the model failed' }
-        }
-      }
-    ]);
+    const error = { code: 'generation_failed', detail: 'the model failed' };
+    const failed = {
+      id: 2,
+      event: 'response.failed',
+      data: { response_id: RESP, status: 'failed', error }
+    };
+    view.applyEvents(TASK, [created(1), failed]);
     expect(text(view, '.lmsp-status')).toBe('failed');
     expect(text(view, '.lmsp-round-end')).toBe('Failed: the model failed');
   });
