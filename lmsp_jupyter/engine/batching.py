@@ -301,9 +301,8 @@ class ModelWorker:
     def _read(self, sequence: _Sequence, size: int) -> bool:
         """Evaluate the next ``size`` pending tokens of ``sequence`` in one pass of its own (a
         lone token with a padding token after it if it needs one, whose cache is dropped right
-        after); whether
-        that read all its pending tokens (the last one's logits are kept, at index
-        ``size - 1``)."""
+        after); whether that read all its pending tokens (the last one's logits are kept, at
+        index ``size - 1``)."""
         assert self._model is not None and sequence.slot is not None
         slot = sequence.slot
         start, end = len(slot.tokens), len(slot.tokens) + size
