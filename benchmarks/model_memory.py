@@ -6,6 +6,7 @@ resident set size (RSS) at each step, the manager's estimate, and the load times
 
     .venv/bin/python benchmarks/model_memory.py                  # context 8192, 3 rounds
     .venv/bin/python benchmarks/model_memory.py --context 2048 --rounds 1
+    .venv/bin/python benchmarks/model_memory.py --parallel 8         # another LmspApp.parallel
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from operator import itemgetter
 from pathlib import Path
 
@@ -61,7 +63,8 @@ async def benchmark(args: argparse.Namespace, scratch: Path) -> None:
     bundled = ModelCatalog().get(BUNDLED_MODEL_ID).path()  # assembled before timing
     shutil.copyfile(bundled, scratch / f"{COPY}.gguf")
     catalog = ModelCatalog(model_dirs=[scratch])
-    engine = Engine(EngineSettings(context_size=args.context, threads=args.threads))
+    settings = EngineSettings(context_size=args.context, threads=args.threads)
+    engine = Engine(replace(settings, parallel=args.parallel or settings.parallel))
     manager = ModelManager(engine, keep_alive_seconds=-1, memory_budget_bytes=0)
     try:
         rounds = [await one_round(manager, catalog) for _ in range(args.rounds)]
@@ -69,7 +72,8 @@ async def benchmark(args: argparse.Namespace, scratch: Path) -> None:
         engine.close()
     entry = catalog.get(BUNDLED_MODEL_ID)
     mid = {key: median(rounds, itemgetter(key)) for key in rounds[0]}
-    print(f"context {args.context}, {args.rounds} rounds, medians; process RSS:")
+    parallel = engine.settings.parallel
+    print(f"context {args.context}, parallel {parallel}, {args.rounds} rounds, medians; RSS:")
     print(f"  no model loaded        {mb(mid['idle'])}")
     print(f"  bundled model loaded   {mb(mid['one'])}  (+{mb(mid['one'] - mid['idle'])})")
     print(f"  both models loaded     {mb(mid['two'])}  (+{mb(mid['two'] - mid['idle'])})")
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__, rounds=3)
     parser.add_argument("--context", type=int, default=8192, help="context size per model")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--parallel", type=int, help="sequences per model (LmspApp.parallel)")
     return benchmark_main(
         parser, lambda args, scratch, _log: asyncio.run(benchmark(args, scratch)), argv
     )

@@ -40,8 +40,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["stored replay: 30 events", "  events/s   median", "live task (", "followers of the 4-"],
     ),
     "model_memory": (
-        "--context 256 --rounds 1",
-        ["context 256, 1 rounds, medians; process RSS:"],
+        "--context 256 --rounds 1 --parallel 2",
+        ["context 256, parallel 2, 1 rounds, medians; RSS:"],
         ["  no model loaded", "  both models loaded", "  both unloaded", "load time: bundled "],
     ),
     "remote": (

@@ -41,9 +41,10 @@ from .work import GenerationRequest, WorkerSettings
 log = logging.getLogger(__name__)
 
 #: Sequences per model decoding together, by default. Each has a KV cache of the whole context
-#: (measured with the bundled model at 8192 tokens: 550 MB resident with 1, 1,055 MB with 4,
-#: 1,669 MB with 8), and on a laptop's few cores the aggregate rate grows little past 4 streams
-#: (benchmarks/serving.py); a server with more memory and cores raises ``LmspApp.parallel``.
+#: (the bundled model at 8192 tokens, ``benchmarks/model_memory.py``: 1,155 MB resident with 4,
+#: 1,767 MB with 8; an 8B model takes about 1 GB a sequence), while 8 slots raise the aggregate
+#: rate of 8 streams by a fifth on 2 cores (``benchmarks/serving.py``), as llama-server's own
+#: default of 4 slots assumes too; a server with more memory raises ``LmspApp.parallel``.
 DEFAULT_PARALLEL = 4
 
 
