@@ -3,12 +3,14 @@
  */
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { KernelMessenger } from './kernel';
 import { taskRendererFactory } from './mime';
 import { restorePlugin } from './notebooks';
 import { panelPlugin } from './panel';
 import { statusPlugin } from './status';
+import { TRANSLATION_DOMAIN } from './translation';
 
 /** Shows every `%lmsp ask` output (application/vnd.lmsp.task+json), live while it runs. */
 export const mimePlugin: JupyterFrontEndPlugin<void> = {
@@ -16,9 +18,15 @@ export const mimePlugin: JupyterFrontEndPlugin<void> = {
   description: 'Renders LMSP answers in outputs and follows running tasks from the browser.',
   autoStart: true,
   requires: [IRenderMimeRegistry],
-  activate: (app: JupyterFrontEnd, rendermime: IRenderMimeRegistry): void => {
+  optional: [ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    rendermime: IRenderMimeRegistry,
+    translator: ITranslator | null
+  ): void => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     const messenger = new KernelMessenger(app.serviceManager.kernels);
-    rendermime.addFactory(taskRendererFactory(messenger));
+    rendermime.addFactory(taskRendererFactory(messenger, trans));
   }
 };
 

@@ -3,6 +3,7 @@
  * bundle, the running round followed from the browser, clicks to the server and kernel.
  */
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import type { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from './api';
@@ -32,17 +33,20 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
   private readonly _followers = new Map<string, TaskFollower>();
   private _trusted = false;
 
-  constructor(messenger: KernelMessenger) {
+  constructor(messenger: KernelMessenger, trans: TranslationBundle) {
     super();
     this._messenger = messenger;
     this.addClass('lmsp-rendered-task');
-    this._view = new AnswerView({
-      stop: () => void this._stop(),
-      decide: (callId, decision) => {
-        this._send({ type: 'decide', ask_id: this._askId(), call_id: callId, decision });
-        this._awaitNextRound(callId, decision);
-      }
-    });
+    this._view = new AnswerView(
+      {
+        stop: () => void this._stop(),
+        decide: (callId, decision) => {
+          this._send({ type: 'decide', ask_id: this._askId(), call_id: callId, decision });
+          this._awaitNextRound(callId, decision);
+        }
+      },
+      { trans }
+    );
     this.node.append(this._view.node);
     messenger.kernelsChanged.connect(this._updateActions, this);
   }
@@ -234,11 +238,14 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
 }
 
 /** The renderer factory registered with the application's rendermime registry. */
-export function taskRendererFactory(messenger: KernelMessenger): IRenderMime.IRendererFactory {
+export function taskRendererFactory(
+  messenger: KernelMessenger,
+  trans: TranslationBundle
+): IRenderMime.IRendererFactory {
   return {
     safe: true,
     mimeTypes: [MIME_TYPE],
     defaultRank: RENDERER_RANK,
-    createRenderer: () => new TaskRenderer(messenger)
+    createRenderer: () => new TaskRenderer(messenger, trans)
   };
 }

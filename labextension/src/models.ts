@@ -1,6 +1,8 @@
 /**
  * What the side panel says of a model or a task, with no DOM.
  */
+import type { TranslationBundle } from '@jupyterlab/translation';
+
 import { formatRate, roundRate, type ILmspModel, type ILmspTask } from './render';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
@@ -36,12 +38,12 @@ export interface ITaskRate {
  * (the round's own timing, the one the answer shows), else from the task's times, which are
  * whole seconds (a run that started and ended within the same second only gives a lower bound).
  */
-export function taskRate(task: ILmspTask): ITaskRate {
+export function taskRate(task: ILmspTask, trans: TranslationBundle): ITaskRate {
   const measured = roundRate(task.id);
   if (measured !== null) {
     return {
       text: formatRate(measured),
-      title: 'Output tokens per second, as its answer measured'
+      title: trans.__('Output tokens per second, as its answer measured')
     };
   }
   const tokens = task.result?.usage?.output_tokens;
@@ -51,6 +53,6 @@ export function taskRate(task: ILmspTask): ITaskRate {
   const seconds = task.completed_at - task.started_at;
   return {
     text: seconds > 0 ? formatRate(tokens / seconds) : `>${formatRate(tokens, 0)}`,
-    title: 'Output tokens ÷ (completed_at − started_at), in whole seconds'
+    title: trans.__('Output tokens ÷ (completed_at − started_at), in whole seconds')
   };
 }

@@ -4,6 +4,7 @@
  * recent tasks, with a Cancel button for each task that is still queued or running.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ITranslator, nullTranslator, type TranslationBundle } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
@@ -13,6 +14,7 @@ import { formatBytes, modelDetails, taskRate } from './models';
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
 import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render';
 import { element } from './render/dom';
+import { TRANSLATION_DOMAIN } from './translation';
 import '../style/panel.css';
 
 const SHOW_LOADING_MS = 250;
@@ -82,32 +84,37 @@ export class LmspPanel extends Widget {
   private readonly taskList = element('ul', 'lmsp-panel-tasks');
   private readonly error = element('div', 'lmsp-panel-error');
   private readonly monitor: ServiceMonitor;
+  private readonly trans: TranslationBundle;
   private unwatch: (() => void) | null = null;
   // The JSON last rendered, so an unchanged poll leaves the DOM (and hover, focus) alone.
   private shown = { models: '', tasks: '' };
 
-  constructor(monitor: ServiceMonitor = sharedMonitor()) {
+  constructor(
+    trans: TranslationBundle = nullTranslator.load(TRANSLATION_DOMAIN),
+    monitor: ServiceMonitor = sharedMonitor()
+  ) {
     super();
+    this.trans = trans;
     this.monitor = monitor;
     monitor.changed.connect(this.onSnapshot, this);
     monitor.failed.connect(this.onFailure, this);
     this.id = 'lmsp-panel';
     this.addClass('lmsp-panel');
     this.title.icon = lmspIcon;
-    this.title.caption = 'LMSP';
+    this.title.caption = trans.__('LMSP');
     const header = element('div', 'lmsp-panel-header');
-    header.append(element('h2', 'lmsp-panel-title', 'LMSP'));
+    header.append(element('h2', 'lmsp-panel-title', trans.__('LMSP')));
     const refresh = element('button', 'jp-Button jp-mod-minimal lmsp-panel-refresh', '⟳');
-    refresh.title = 'Refresh';
+    refresh.title = trans.__('Refresh');
     refresh.addEventListener('click', () => void this.refresh());
     header.append(refresh);
     this.node.append(
       header,
       this.error,
-      element('h3', 'lmsp-panel-section', 'Models'),
+      element('h3', 'lmsp-panel-section', trans.__('Models')),
       this.notices,
       this.modelList,
-      element('h3', 'lmsp-panel-section', 'Tasks'),
+      element('h3', 'lmsp-panel-section', trans.__('Tasks')),
       this.taskList
     );
   }
@@ -165,7 +172,7 @@ export class LmspPanel extends Widget {
     this.modelList.replaceChildren(
       ...rowsOrEmpty(
         models.map(model => this.modelRow(model)),
-        'No models'
+        this.trans.__('No models')
       )
     );
   }
@@ -186,9 +193,12 @@ export class LmspPanel extends Widget {
       const button = element(
         'button',
         `jp-Button jp-mod-styled jp-mod-minimal lmsp-panel-${change}`,
-        change === 'load' ? 'Load' : 'Unload'
+        change === 'load' ? this.trans.__('Load') : this.trans.__('Unload')
       );
-      button.title = change === 'load' ? 'Load this model now' : 'Free the memory this model takes';
+      button.title =
+        change === 'load'
+          ? this.trans.__('Load this model now')
+          : this.trans.__('Free the memory this model takes');
       button.addEventListener('click', () => void this.change(model.id, change, button));
       line.append(button);
     }
@@ -251,7 +261,7 @@ export class LmspPanel extends Widget {
     this.taskList.replaceChildren(
       ...rowsOrEmpty(
         tasks.map(task => this.taskRow(task)),
-        'No tasks'
+        this.trans.__('No tasks')
       )
     );
   }
@@ -260,12 +270,12 @@ export class LmspPanel extends Widget {
     const { row, line } = listRow('task', task.id, task.status);
     if (isRunning(task)) {
       const cancel = element('button', 'jp-Button jp-mod-styled jp-mod-warn lmsp-panel-cancel');
-      cancel.textContent = 'Cancel';
+      cancel.textContent = this.trans.__('Cancel');
       cancel.addEventListener('click', () => void this.cancel(task.id, cancel));
       line.append(cancel);
     }
     const details = [new Date(task.created_at * 1000).toLocaleTimeString()];
-    const rate = taskRate(task);
+    const rate = taskRate(task, this.trans);
     if (task.result) {
       details.push(task.result.model, rate.text);
     } else if (task.status === 'queued' && task.queue_position !== undefined) {
@@ -297,7 +307,9 @@ export const panelPlugin: JupyterFrontEndPlugin<void> = {
   id: 'lmsp-jupyter:panel',
   description: 'A side panel listing the LMSP models and tasks.',
   autoStart: true,
-  activate: (app: JupyterFrontEnd): void => {
-    app.shell.add(new LmspPanel(), 'left', { rank: 900 });
+  optional: [ITranslator],
+  activate: (app: JupyterFrontEnd, translator: ITranslator | null): void => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    app.shell.add(new LmspPanel(trans), 'left', { rank: 900 });
   }
 };

@@ -4,9 +4,11 @@
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator, nullTranslator, type TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
+import { TRANSLATION_DOMAIN } from './translation';
 import '../style/panel.css';
 
 /** What the item shows. */
@@ -21,9 +23,14 @@ export interface ILmspStatus {
 export class LmspStatusItem extends Widget {
   private readonly monitor: ServiceMonitor;
   private readonly unwatch: () => void;
+  private readonly trans: TranslationBundle;
 
-  constructor(monitor: ServiceMonitor = sharedMonitor()) {
+  constructor(
+    trans: TranslationBundle = nullTranslator.load(TRANSLATION_DOMAIN),
+    monitor: ServiceMonitor = sharedMonitor()
+  ) {
     super();
+    this.trans = trans;
     this.addClass('lmsp-statusbar');
     this.addClass('jp-StatusBar-TextItem');
     this.render({ model: null, generating: false });
@@ -40,7 +47,7 @@ export class LmspStatusItem extends Widget {
 
   private onFailure(_: ServiceMonitor, reason: Error): void {
     this.node.dataset.state = 'unreachable';
-    this.node.textContent = 'LMSP: unreachable';
+    this.node.textContent = this.trans.__('LMSP: unreachable');
     this.node.title = reason.message;
   }
 
@@ -68,13 +75,18 @@ export const statusPlugin: JupyterFrontEndPlugin<void> = {
   id: 'lmsp-jupyter:status',
   description: 'A status-bar item showing the LMSP model and whether it is generating.',
   autoStart: true,
-  optional: [IStatusBar],
-  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null): void => {
+  optional: [IStatusBar, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    statusBar: IStatusBar | null,
+    translator: ITranslator | null
+  ): void => {
     if (statusBar === null) {
       return;
     }
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     statusBar.registerStatusItem(statusPlugin.id, {
-      item: new LmspStatusItem(),
+      item: new LmspStatusItem(trans),
       align: 'left',
       rank: 100
     });

@@ -1,7 +1,11 @@
+import { nullTranslator } from '@jupyterlab/translation';
 import { describe, expect, it } from 'vitest';
 
 import { Answer, type IAnswerState, type ILmspModel, type ILmspTask } from '../src/render';
 import { modelDetails, taskRate } from '../src/models';
+import { TRANSLATION_DOMAIN } from '../src/translation';
+
+const trans = nullTranslator.load(TRANSLATION_DOMAIN);
 
 function model(fields: Partial<ILmspModel>): ILmspModel {
   return {
@@ -69,15 +73,15 @@ describe('taskRate', () => {
     } as IAnswerState);
     expect(answer.tokensPerSecond()).toBe(20);
     // 2 whole seconds between the task's times would say 15.0 tok/s: the answer's figure wins.
-    expect(taskRate(task({ id: 'task_measured' }))).toEqual({
+    expect(taskRate(task({ id: 'task_measured' }), trans)).toEqual({
       text: '20.0 tok/s',
       title: 'Output tokens per second, as its answer measured'
     });
   });
 
   it('falls back to the whole seconds of a task no answer here measured', () => {
-    expect(taskRate(task({})).text).toBe('15.0 tok/s');
-    expect(taskRate(task({ completed_at: 100 })).text).toBe('>30 tok/s');
-    expect(taskRate(task({ result: null })).text).toBe('');
+    expect(taskRate(task({}), trans).text).toBe('15.0 tok/s');
+    expect(taskRate(task({ completed_at: 100 }), trans).text).toBe('>30 tok/s');
+    expect(taskRate(task({ result: null }), trans).text).toBe('');
   });
 });

@@ -2,6 +2,8 @@
  * The DOM of one ask, updated in place: a header (status, model, usage, rate, Stop), its
  * rounds (their items drawn by `ItemsDom`, then how each ended) and notes.
  */
+import type { TranslationBundle } from '@jupyterlab/translation';
+
 import { Answer } from './answer';
 import { ItemsDom, type IRoundDom } from './items';
 import { formatRate, type IRoundView } from './reducer';
@@ -16,9 +18,20 @@ export interface IAnswerActions {
 
 /** Host hooks; tests replace the clock and the frame scheduler. */
 export interface IAnswerViewOptions {
+  /** The translation of the view's text; English when not given (the anywidget view). */
+  trans?: Pick<TranslationBundle, '__'>;
   now?: () => number;
   requestFrame?: (callback: () => void) => void;
 }
+
+/**
+ * The English text, `%1`… replaced by their arguments as `TranslationBundle.__` does: not
+ * `nullTranslator`, which would bring @jupyterlab/translation's dependencies into widget.js.
+ */
+const ENGLISH: Pick<TranslationBundle, '__'> = {
+  __: (msgid, ...args) =>
+    msgid.replace(/%(\d+)/g, (match, index) => String(args[Number(index) - 1] ?? match))
+};
 
 function formatCount(value: number): string {
   return value.toLocaleString('en-US');
@@ -30,6 +43,7 @@ export class AnswerView {
   readonly answer = new Answer();
 
   private readonly _actions: IAnswerActions;
+  private readonly _trans: Pick<TranslationBundle, '__'>;
   private readonly _now: () => number;
   private readonly _items: ItemsDom;
   private readonly _status = element('span', 'lmsp-status');
@@ -37,7 +51,7 @@ export class AnswerView {
   private readonly _usage = element('span', 'lmsp-usage');
   private readonly _rate = element('span', 'lmsp-rate');
   private readonly _taskId = element('code', 'lmsp-task-id');
-  private readonly _stop = element('button', 'lmsp-stop jp-mod-styled', 'Stop');
+  private readonly _stop = element('button', 'lmsp-stop jp-mod-styled');
   private readonly _note = element('div', 'lmsp-note');
   private readonly _error = element('div', 'lmsp-error');
   private readonly _roundsNode = element('div', 'lmsp-rounds');
@@ -49,6 +63,7 @@ export class AnswerView {
 
   constructor(actions: IAnswerActions, options: IAnswerViewOptions = {}) {
     this._actions = actions;
+    this._trans = options.trans ?? ENGLISH;
     this._now = options.now ?? (() => performance.now());
     this._items = new ItemsDom(
       (callId, decision) => this._actions.decide(callId, decision),
@@ -57,7 +72,8 @@ export class AnswerView {
     this.node = element('div', 'lmsp-answer');
     const header = element('div', 'lmsp-header');
     this._stop.type = 'button';
-    this._stop.title = 'Stop generating';
+    this._stop.textContent = this._trans.__('Stop');
+    this._stop.title = this._trans.__('Stop generating');
     this._stop.addEventListener('click', () => {
       this._stopSent = true;
       this._stop.disabled = true;
