@@ -6,6 +6,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { KernelMessenger } from './kernel';
+// eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() registers the renderer factory, whose createRenderer returns the renderer synchronously
 import { taskRendererFactory } from './mime';
 import { restorePlugin } from './notebooks';
 import { panelPlugin } from './panel';

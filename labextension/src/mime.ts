@@ -9,10 +9,8 @@ import { Widget } from '@lumino/widgets';
 import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from './api';
 import { TaskFollower, type FollowEnd } from './follow';
 import type { KernelMessenger } from './kernel';
+import { MIME_TYPE } from './mimetype';
 import { AnswerView, type IAnswerState } from './render';
-
-/** The MIME type of an ask's durable state. */
-export const MIME_TYPE = 'application/vnd.lmsp.task+json';
 
 /** Ahead of the ipywidgets widget-view renderer (-10): in JupyterLab this view shows every ask. */
 export const RENDERER_RANK = -20;

@@ -3,7 +3,8 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { formatRate, roundRate, type ILmspModel, type ILmspTask } from './render';
+import { formatRate, roundRate } from './render/rates';
+import type { ILmspModel, ILmspTask } from './render/types';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {

@@ -12,7 +12,7 @@ import type { IOutputModel } from '@jupyterlab/rendermime';
 import type { PartialJSONObject } from '@lumino/coreutils';
 
 import { listTasks } from './api';
-import { MIME_TYPE } from './mime';
+import { MIME_TYPE } from './mimetype';
 import { DismissedAsks, planRestorations, type ICellSummary } from './restore';
 
 /** How many of a notebook's newest tasks are looked at (the listing's maximum). */

@@ -12,7 +12,7 @@ import { Widget } from '@lumino/widgets';
 import { cancelTask, changeModel } from './api';
 import { formatBytes, modelDetails, taskRate } from './models';
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
-import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render';
+import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render/types';
 import { element } from './render/dom';
 import { TRANSLATION_DOMAIN } from './translation';
 import '../style/panel.css';

@@ -6,11 +6,11 @@ import {
   applyEvents,
   emptyRound,
   isFinal,
-  noteRoundRate,
   roundFromResponse,
   tokensPerSecond,
   type IRoundView
 } from './reducer';
+import { noteRoundRate } from './rates';
 import type { IAnswerState, AnswerStatus, IRoundState, ITaskEvent, IUsage } from './types';
 
 const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);

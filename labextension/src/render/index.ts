@@ -4,15 +4,13 @@ export { markdownToHtml, renderMarkdown } from './markdown';
 export {
   applyEvents,
   emptyRound,
-  formatRate,
   isFinal,
-  noteRoundRate,
   roundFromResponse,
-  roundRate,
   tokensPerSecond,
   type IItemView,
   type IRoundTiming,
   type IRoundView
 } from './reducer';
+export { formatRate, noteRoundRate, roundRate } from './rates';
 export * from './types';
 export { AnswerView, type IAnswerActions, type IAnswerViewOptions } from './view';

@@ -3,6 +3,7 @@
  * sanitized before it reaches the DOM.
  */
 import DOMPurify from 'dompurify';
+// eslint-disable-next-line jupyter/prefer-lazy-imports -- the view renders each streamed delta synchronously, so marked is needed as soon as an answer shows
 import { Marked } from 'marked';
 
 const marked = new Marked({ gfm: true, breaks: false, async: false });

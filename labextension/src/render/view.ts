@@ -6,7 +6,8 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { Answer } from './answer';
 import { ItemsDom, type IRoundDom } from './items';
-import { formatRate, type IRoundView } from './reducer';
+import { formatRate } from './rates';
+import type { IRoundView } from './reducer';
 import type { IAnswerState, ITaskEvent, IToolCallState } from './types';
 import { element } from './dom';
 
