@@ -3,8 +3,8 @@
 Each step the worker evaluates chunks of new prompts (up to 48 tokens a pass) and every other
 running sequence's next token (side by side in one pass), samples each sequence as soon as its
 pass is read and hands its text to the consumer; ``engine/passes.py`` says why passes have these
-shapes. Each slot is a sequence of the llama.cpp context with its own
-KV cache, its cells in position order.
+shapes. Each slot is a sequence of the llama.cpp context with its own KV cache, its cells in
+position order.
 A request joins at the next step; one that is cancelled while it waits never reaches the
 model. A finished sequence leaves its tokens in its slot's cache, and the next request whose
 prompt starts with them (the same system prompt, or a conversation continued with the answer)
