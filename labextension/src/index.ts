@@ -3,7 +3,7 @@
  */
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
-import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import { ITranslator } from '@jupyterlab/translation';
 
 import { KernelMessenger } from './kernel';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() registers the renderer factory, whose createRenderer returns the renderer synchronously
@@ -11,7 +11,7 @@ import { taskRendererFactory } from './mime';
 import { restorePlugin } from './notebooks';
 import { panelPlugin } from './panel';
 import { statusPlugin } from './status';
-import { TRANSLATION_DOMAIN } from './translation';
+import { extensionBundle } from './translation';
 
 /** Shows every `%lmsp ask` output (application/vnd.lmsp.task+json), live while it runs. */
 export const mimePlugin: JupyterFrontEndPlugin<void> = {
@@ -25,7 +25,7 @@ export const mimePlugin: JupyterFrontEndPlugin<void> = {
     rendermime: IRenderMimeRegistry,
     translator: ITranslator | null
   ): void => {
-    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    const trans = extensionBundle(translator);
     const messenger = new KernelMessenger(app.serviceManager.kernels);
     rendermime.addFactory(taskRendererFactory(messenger, trans));
   }

@@ -4,7 +4,7 @@
  * recent tasks, with a Cancel button for each task that is still queued or running.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ITranslator, nullTranslator, type TranslationBundle } from '@jupyterlab/translation';
+import { ITranslator, type TranslationBundle } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
@@ -14,7 +14,7 @@ import { formatBytes, modelDetails, taskRate } from './models';
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
 import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render/types';
 import { element } from './render/dom';
-import { TRANSLATION_DOMAIN } from './translation';
+import { extensionBundle } from './translation';
 import '../style/panel.css';
 
 const SHOW_LOADING_MS = 250;
@@ -90,7 +90,7 @@ export class LmspPanel extends Widget {
   private shown = { models: '', tasks: '' };
 
   constructor(
-    trans: TranslationBundle = nullTranslator.load(TRANSLATION_DOMAIN),
+    trans: TranslationBundle = extensionBundle(),
     monitor: ServiceMonitor = sharedMonitor()
   ) {
     super();
@@ -309,7 +309,7 @@ export const panelPlugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   optional: [ITranslator],
   activate: (app: JupyterFrontEnd, translator: ITranslator | null): void => {
-    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    const trans = extensionBundle(translator);
     app.shell.add(new LmspPanel(trans), 'left', { rank: 900 });
   }
 };

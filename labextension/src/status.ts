@@ -4,11 +4,11 @@
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IStatusBar } from '@jupyterlab/statusbar';
-import { ITranslator, nullTranslator, type TranslationBundle } from '@jupyterlab/translation';
+import { ITranslator, type TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
-import { TRANSLATION_DOMAIN } from './translation';
+import { extensionBundle } from './translation';
 import '../style/panel.css';
 
 /** What the item shows. */
@@ -26,7 +26,7 @@ export class LmspStatusItem extends Widget {
   private readonly trans: TranslationBundle;
 
   constructor(
-    trans: TranslationBundle = nullTranslator.load(TRANSLATION_DOMAIN),
+    trans: TranslationBundle = extensionBundle(),
     monitor: ServiceMonitor = sharedMonitor()
   ) {
     super();
@@ -84,7 +84,7 @@ export const statusPlugin: JupyterFrontEndPlugin<void> = {
     if (statusBar === null) {
       return;
     }
-    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    const trans = extensionBundle(translator);
     statusBar.registerStatusItem(statusPlugin.id, {
       item: new LmspStatusItem(trans),
       align: 'left',

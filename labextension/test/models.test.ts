@@ -1,11 +1,10 @@
-import { nullTranslator } from '@jupyterlab/translation';
 import { describe, expect, it } from 'vitest';
 
 import { Answer, type IAnswerState, type ILmspModel, type ILmspTask } from '../src/render';
 import { modelDetails, taskRate } from '../src/models';
-import { TRANSLATION_DOMAIN } from '../src/translation';
+import { extensionBundle } from '../src/translation';
 
-const trans = nullTranslator.load(TRANSLATION_DOMAIN);
+const trans = extensionBundle();
 
 function model(fields: Partial<ILmspModel>): ILmspModel {
   return {
