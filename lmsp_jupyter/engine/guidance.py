@@ -5,8 +5,9 @@ and whether llguidance can compile it), then compiled per model vocabulary by a
 ``SchemaCompiler`` (cached by schema), which hands each sequence its own ``SchemaMatcher``.
 
 llguidance's JSON grammar never lets a raw control character into a string (they must be
-escaped), enforces numeric bounds, ``multipleOf``, formats, ``anyOf``/``allOf``, ``oneOf`` whose
-branches cannot overlap and recursive references. What it cannot compile is refused up front.
+escaped), enforces numeric bounds (and sets some where a schema sets none: ``_bounded``),
+``multipleOf``, formats, ``anyOf``/``allOf``, ``oneOf`` whose branches cannot overlap and
+recursive references. What it cannot compile is refused up front.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ _COUNTS = (
 #: grows with the length (at 4,000 llguidance gives up mid-answer).
 MAX_PATTERN_MIN_LENGTH = 1_000
 _REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT)
+
+#: Bounds the decoder sets on numbers whose schema sets none: JSON's interoperable integers
+#: (RFC 8259, section 6: ±(2**53 − 1), at most 16 digits) and at most 10 decimals. Without
+#: them a small greedy model may write digits until its token budget runs out.
+NUMBER_LIMIT = 2**53 - 1
+NUMBER_STEP = 1e-10
 
 #: Compact JSON with a space after separators: no whitespace for a small model to loop in.
 _OPTIONS: JsonCompileOptions = {
@@ -188,7 +195,8 @@ def _for_decoding(schema: Any, *, in_all_of: bool = False) -> Any:
     others unless it says so (a small model would otherwise add keys until it runs out of
     tokens; the output still validates), except where properties combine (``allOf`` branches,
     ``$ref`` or ``*Of`` beside them); ``uniqueItems: false``, which constrains nothing but
-    which llguidance refuses as an unknown keyword, is dropped."""
+    which llguidance refuses as an unknown keyword, is dropped; numbers get the bounds the
+    schema leaves open (``_bounded``)."""
     if not isinstance(schema, dict):
         return schema
     result: dict[str, Any] = {}
@@ -206,7 +214,37 @@ def _for_decoding(schema: Any, *, in_all_of: bool = False) -> Any:
     closed = {"additionalProperties", "patternProperties", "unevaluatedProperties"}
     if "properties" in result and not in_all_of and not (combined | closed) & set(result):
         result["additionalProperties"] = False
-    return result
+    return _bounded(result)
+
+
+def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with ``NUMBER_LIMIT`` on each side of a number's range it leaves open
+    (where that range stays non-empty) and, for ``number`` without ``multipleOf``, at most 10
+    decimals; what the schema sets itself stays exactly as it is. Every value allowed is still
+    valid for the schema."""
+    kinds = schema.get("type")
+    types = {kinds} if isinstance(kinds, str) else set(kinds) if isinstance(kinds, list) else set()
+    if not types & {"integer", "number"} or "enum" in schema or "const" in schema:
+        return schema
+    low = _bound(schema, "minimum", "exclusiveMinimum")
+    high = _bound(schema, "maximum", "exclusiveMaximum")
+    bounded = dict(schema)
+    if low is None and (high is None or high >= -NUMBER_LIMIT):
+        bounded["minimum"] = -NUMBER_LIMIT
+    if high is None and (low is None or low <= NUMBER_LIMIT):
+        bounded["maximum"] = NUMBER_LIMIT
+    if "number" in types and "multipleOf" not in schema:
+        bounded["multipleOf"] = NUMBER_STEP
+    return bounded
+
+
+def _bound(schema: dict[str, Any], *keys: str) -> float | None:
+    """A bound among ``keys`` that the schema sets, if any."""
+    for key in keys:
+        value = schema.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    return None
 
 
 class SchemaCompiler:

@@ -18,6 +18,7 @@ from lmsp_jupyter.engine.guidance import (
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_COUNT,
     MAX_SCHEMA_DEPTH,
+    NUMBER_LIMIT,
     SchemaCompiler,
     SchemaMatcher,
     check_schema,
@@ -64,6 +65,36 @@ CASES: dict[str, tuple[dict[str, Any], list[str], list[str]]] = {
         ["0", "1", "1.5"],
     ),
     "multiple_of": ({"type": "integer", "multipleOf": 3}, ["9", "0", "-6"], ["10", "4"]),
+    "integers_within_2_53_where_unbounded": (
+        {"type": "integer"},
+        ["0", "-12", str(NUMBER_LIMIT), str(-NUMBER_LIMIT)],
+        [str(NUMBER_LIMIT + 1), str(-NUMBER_LIMIT - 1), "12345678901234567890"],
+    ),
+    "a_bound_the_schema_sets_is_kept": (
+        {"type": "integer", "minimum": 5},
+        ["5", str(NUMBER_LIMIT)],
+        ["4", str(NUMBER_LIMIT + 1)],
+    ),
+    "a_bound_beyond_the_default_is_kept": (
+        {"type": "integer", "maximum": 10**17},
+        [str(10**17), str(-NUMBER_LIMIT)],
+        [str(10**17 + 1), str(-NUMBER_LIMIT - 1)],
+    ),
+    "numbers_with_at_most_10_decimals": (
+        {"type": "number"},
+        ["0.5", "-2", "3.1415926535"],
+        ["3.14159265358", "1e3", str(NUMBER_LIMIT + 1)],
+    ),
+    "a_multiple_the_schema_sets_is_kept": (
+        {"type": "number", "multipleOf": 0.25},
+        ["0.25", "2.75", "2"],
+        ["0.3", "0.125"],
+    ),
+    "nullable_integers_bounded_too": (
+        {"type": ["integer", "null"]},
+        ["null", "7"],
+        [str(NUMBER_LIMIT + 1)],
+    ),
     "email": (EMAIL, ['"ada@example.com"'], ['"ada"', '"@example.com"']),
     "date": ({"type": "string", "format": "date"}, ['"2024-02-29"'], ['"2024-13-01"', '"24-1-1"']),
     "uuid": (

@@ -157,15 +157,12 @@ def f(city: Annotated[str, Field(max_length=12)]) -> str:
     )
     calls, status, rounds, tool_calls = json.loads(printed)
     assert status in FINAL
-    assert calls == ["Paris"]  # temperature 0 is deterministic
     assert len(rounds) == 2
     (call,) = tool_calls.values()
-    assert call == {
-        "name": "f",
-        "arguments": '{"city": "Paris"}',
-        "decision": "auto",
-        "output": "sunny",
-    }
+    # The function ran once, in the kernel, with the city the model chose.
+    (city,) = calls
+    assert json.loads(call.pop("arguments")) == {"city": city}
+    assert call == {"name": "f", "decision": "auto", "output": "sunny"}
 
 
 def test_approval_through_the_lmsp_comm_runs_the_tool_on_the_main_thread(kernel: Kernel) -> None:

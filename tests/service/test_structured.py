@@ -306,6 +306,45 @@ async def test_json_schema_output_completes_parses_and_validates(
     jsonschema.validate(json.loads(text_of(response)), schema, format_checker=FORMATS)
 
 
+#: Schemas as people write them, with no bound on any number: the decoder bounds integers to
+#: 16 digits and decimals to 10 places (``engine/guidance.py``), so a greedy answer that starts
+#: a long number still ends.
+COMMON: dict[str, tuple[str, dict[str, Any]]] = {
+    "person": ("Describe a person.", obj(name={"type": "string"}, age={"type": "integer"})),
+    "owner_and_pets": (
+        "Describe a pet owner and their pets.",
+        obj(
+            owner=obj(name={"type": "string"}, age={"type": "integer"}),
+            pets={
+                "type": "array",
+                "items": obj(name={"type": "string"}, legs={"type": "integer"}),
+                "maxItems": 3,
+            },
+        ),
+    ),
+    "product": (
+        "Describe a product for sale.",
+        obj(name={"type": "string"}, price={"type": "number"}, stock={"type": "integer"}),
+    ),
+    "measurements": (
+        "List some measurements.",
+        obj(values={"type": "array", "items": {"type": "number"}, "maxItems": 4}),
+    ),
+}
+
+
+@pytest.mark.parametrize(("question", "schema"), COMMON.values(), ids=COMMON.keys())
+async def test_common_schemas_with_unbounded_numbers_complete(
+    service: ResponseService, question: str, schema: dict[str, Any]
+) -> None:
+    response = await respond(
+        service,
+        body(input=question, max_output_tokens=120, response_format=json_format(schema)),
+    )
+    assert response.status == "completed", text_of(response)
+    jsonschema.validate(json.loads(text_of(response)), schema, format_checker=FORMATS)
+
+
 async def test_output_cut_by_max_output_tokens_mid_json_is_incomplete_not_failed(
     service: ResponseService,
 ) -> None:
