@@ -35,6 +35,10 @@ class ModelIndex(Protocol):
         """Why configured places give no model."""
         ...
 
+    async def first_listing(self) -> None:
+        """Wait, a bounded time, for places being asked for their models for the first time."""
+        ...
+
 
 @runtime_checkable
 class GenerationBackend(Protocol):

@@ -101,6 +101,12 @@ class ModelDirectory:
             extensions={EXTENSION_KEY: ModelListExtension(notices=notices)} if notices else None,
         )
 
+    async def listing(self) -> ModelList:
+        """:meth:`list`, once the places asked for the first time have answered (or a bounded
+        wait has passed): the listing right after start-up shows remote servers' models."""
+        await self.catalog.first_listing()
+        return self.list()
+
     def get(self, model_id: str) -> Model:
         """One model; unknown → ``model_not_found``."""
         return self.describe(self.entry(model_id))
