@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from .generation import EngineError, SamplingParams
+from .generation import EngineError, ModelLoadError, SamplingParams
 from .guidance import SchemaCompiler, SchemaMatcher
 from .passes import PASS_MAX
 
@@ -69,7 +69,7 @@ class LlamaTokenizer:
         params.vocab_only = True
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
-            raise EngineError(f"the tokenizer of {path.name} could not be loaded")
+            raise ModelLoadError(f"the tokenizer of {path.name} could not be loaded")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.bos_token = self._token_text(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token = self._token_text(llama_cpp.llama_vocab_eos(self._vocab))
@@ -140,7 +140,7 @@ class LlamaModel:
         model_params.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
-            raise EngineError(f"{path.name} could not be loaded")
+            raise ModelLoadError(f"{path.name} could not be loaded")
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
         # A pass holds one sequence's chunk, or one token of every sequence.
@@ -155,7 +155,7 @@ class LlamaModel:
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
-            raise EngineError(f"{path.name} could not be given {sequences} contexts of {cells}")
+            raise ModelLoadError(f"{path.name} could not be given {sequences} contexts of {cells}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._batch = llama_cpp.llama_batch_init(max(PASS_MAX, sequences), 0, 1)

@@ -8,7 +8,6 @@ from ..engine.backend import GenerationBackend, ModelIndex
 from ..engine.catalog import ModelEntry, bundled_progress
 from ..engine.generation import EngineError
 from ..engine.manager import ModelManager
-from ..protocol.errors import LmspError
 from ..protocol.models import (
     EXTENSION_KEY,
     LoadingProgress,
@@ -19,6 +18,7 @@ from ..protocol.models import (
     ModelListExtension,
     ModelStatus,
 )
+from .engine_errors import engine_problem
 
 
 class ModelDirectory:
@@ -112,12 +112,13 @@ class ModelDirectory:
         return self.describe(self.entry(model_id))
 
     async def load(self, model_id: str) -> Model:
-        """Load a model now (``overloaded`` if it cannot fit); the model once loaded."""
+        """Load a model now (``overloaded`` if it cannot fit, ``engine_unavailable`` if it
+        cannot be loaded); the model once loaded."""
         entry = self.entry(model_id)
         try:
             await self.manager.load(entry)
         except EngineError as exc:
-            raise LmspError("generation_failed", str(exc)) from None
+            raise engine_problem(exc) from None
         return self.describe(entry)
 
     async def unload(self, model_id: str) -> Model:
