@@ -65,6 +65,9 @@ class ScriptedEngine(LoggingConfigurable):
     def parallel(self, entry: ModelEntry) -> int:
         return self.slots
 
+    def inexact(self, entry: ModelEntry) -> str | None:
+        return None
+
     def is_loaded(self, model_id: str) -> bool:
         return False
 

@@ -61,6 +61,11 @@ class GenerationBackend(Protocol):
         """Whether ``entry`` writes reasoning between ``<think>`` tags."""
         ...
 
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Why ``entry``'s text at temperature 0 may depend on what else runs or was cached;
+        ``None``: it does not, or this backend cannot say."""
+        ...
+
     def is_loaded(self, model_id: str) -> bool:
         """Whether the model is ready to generate without loading first."""
         ...

@@ -362,6 +362,10 @@ class RemoteEngine:
 
     # --- what the server does for itself -------------------------------------------------------
 
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Nothing to say: how the server batches is its own business."""
+        return None
+
     def is_loaded(self, model_id: str) -> bool:
         """Never: the server owns its memory; its models are ``available`` while it answers."""
         return False

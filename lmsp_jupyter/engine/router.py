@@ -90,6 +90,10 @@ class EngineRouter:
         """Whether ``entry`` reasons between ``<think>`` tags."""
         return self._engine(entry).thinks(entry)
 
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Why ``entry``'s text at temperature 0 may vary, as its engine says."""
+        return self._engine(entry).inexact(entry)
+
     def is_loaded(self, model_id: str) -> bool:
         """Whether the model is in this process's memory (a remote one never is)."""
         remote = self._remote_of(model_id)

@@ -62,7 +62,8 @@ class ModelDirectory:
         return "available" if entry.available else "unavailable"
 
     def describe(self, entry: ModelEntry) -> Model:
-        """The model object of ``entry``: ``loading`` too while its GGUF file is assembled."""
+        """The model object of ``entry``: ``loading`` too while its GGUF file is assembled, and
+        why its text at temperature 0 may vary where it may."""
         if entry.source == "remote":  # the remote server owns its memory
             return Model(
                 id=entry.id,
@@ -75,10 +76,13 @@ class ModelDirectory:
             )
         state = self.manager.state(entry.id)
         assembly = bundled_progress() if entry.source == "bundled" else None
-        extensions = None
-        if assembly is not None:
-            progress = LoadingProgress(stage=assembly.stage, fraction=assembly.fraction)
-            extensions = {EXTENSION_KEY: ModelExtension(loading=progress)}
+        own = ModelExtension(
+            loading=LoadingProgress(stage=assembly.stage, fraction=assembly.fraction)
+            if assembly is not None
+            else None,
+            inexact=self.engine.inexact(entry),
+        )
+        extensions = {EXTENSION_KEY: own} if own.loading or own.inexact else None
         return Model(
             id=entry.id,
             created=_created(entry),
