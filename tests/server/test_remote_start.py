@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import running_server
-from tests.server.test_remote_scripted import MODEL, Handler, ScriptedServer
+from tests.server.test_remote_scripted import MODEL, Handler, ScriptedServer, serving
 
 #: Released by the test: until then the scripted server does not answer its listing.
 RELEASED = threading.Event()
@@ -30,14 +30,9 @@ class HeldListing(Handler):
 @pytest.fixture
 def scripted() -> Iterator[ScriptedServer]:
     RELEASED.clear()
-    server = ScriptedServer(("127.0.0.1", 0), HeldListing)
-    server.requests = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    RELEASED.set()
-    server.shutdown()
-    server.server_close()
+    with serving(HeldListing) as server:
+        yield server
+        RELEASED.set()  # before the server stops: a held listing must not keep it
 
 
 def test_first_requests_during_the_start_up_listing_all_get_their_answer_and_the_listing_waits(
