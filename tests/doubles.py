@@ -34,6 +34,9 @@ class ScriptedEngine(LoggingConfigurable):
         allow_none=True,
         help="Raised by render instead of rendering (a tokenizer that cannot load, a template).",
     )
+    load_error = Instance(
+        Exception, allow_none=True, help="Raised by load (weights that cannot be loaded)."
+    )
     context_size = Int(4096).tag(config=True)
     slots = Int(1).tag(config=True)
     then = List(
@@ -62,6 +65,9 @@ class ScriptedEngine(LoggingConfigurable):
     def parallel(self, entry: ModelEntry) -> int:
         return self.slots
 
+    def inexact(self, entry: ModelEntry) -> str | None:
+        return None
+
     def is_loaded(self, model_id: str) -> bool:
         return False
 
@@ -69,7 +75,8 @@ class ScriptedEngine(LoggingConfigurable):
         return 0
 
     async def load(self, entry: ModelEntry) -> None:
-        pass
+        if self.load_error is not None:
+            raise self.load_error
 
     async def unload(self, model_id: str) -> None:
         pass

@@ -35,6 +35,10 @@ class ModelIndex(Protocol):
         """Why configured places give no model."""
         ...
 
+    async def first_listing(self) -> None:
+        """Wait, a bounded time, for places being asked for their models for the first time."""
+        ...
+
 
 @runtime_checkable
 class GenerationBackend(Protocol):
@@ -55,6 +59,11 @@ class GenerationBackend(Protocol):
 
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry`` writes reasoning between ``<think>`` tags."""
+        ...
+
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Why ``entry``'s text at temperature 0 may depend on what else runs or was cached;
+        ``None``: it does not, or this backend cannot say."""
         ...
 
     def is_loaded(self, model_id: str) -> bool:

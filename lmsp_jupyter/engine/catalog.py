@@ -182,6 +182,9 @@ class ModelCatalog:
                 found.append(f"model directory {directory} holds no .gguf model file")
         return found
 
+    async def first_listing(self) -> None:
+        """Nothing to wait for: the places are read as they are listed."""
+
     def get(self, model_id: str) -> ModelEntry:
         """The model with this id; raises ``LmspError("model_not_found")`` if there is none."""
         for entry in self.list():

@@ -146,6 +146,16 @@ class EngineError(Exception):
 class EngineUnavailable(EngineError):
     """The engine serving the model (a remote server) does not answer."""
 
+    #: Whether asking again later can succeed without anyone changing anything.
+    retryable = True
+
+
+class ModelLoadError(EngineUnavailable):
+    """The model could not be loaded (a damaged or unsupported file, too little memory for its
+    contexts): nothing serves it until that changes."""
+
+    retryable = False
+
 
 class CancelToken:
     """A flag the generating thread checks between tokens."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -18,17 +19,17 @@ import numpy as np
 import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from .generation import EngineError, SamplingParams
+from .generation import EngineError, ModelLoadError, SamplingParams
 from .guidance import SchemaCompiler, SchemaMatcher
 from .passes import PASS_MAX
 
-# llama.cpp logs through this logger; below ERROR it floods the server's stderr.
-logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
-# llama.cpp's tiled matrix product of K-quantized weights, taken from 8 tokens of a pass on,
-# would make a token's logits depend on how many tokens share its pass (``engine/passes.py``).
-# llama.cpp reads this once, when the process first evaluates a model: before any model here.
-os.environ["GGML_CPU_TILED_MM"] = "0"
+log = logging.getLogger(__name__)
 
+#: llama.cpp's switch of its tiled matrix product of K-quantized weights, taken from 8 tokens of
+#: a pass on: it makes a token's logits depend on how many tokens share its pass
+#: (``engine/passes.py``). On unless set to a number other than 0; llama.cpp reads it once per
+#: process, when it first evaluates a model.
+TILED_MM_VARIABLE = "GGML_CPU_TILED_MM"
 #: Sampling when a request gives no temperature: llama.cpp's own defaults.
 DEFAULT_TEMPERATURE = 0.8
 _TOP_K = 40
@@ -38,6 +39,59 @@ _MIN_P = 0.05
 
 _DEFAULT_MODEL_PARAMS = llama_cpp.llama_cpp.llama_model_default_params
 _PARAMS_LOCK = threading.Lock()
+_PREPARED_LOCK = threading.Lock()
+#: ``prepare_llama_cpp``'s verdict, once taken: the process's, as llama.cpp's read of the switch.
+_prepared: list[str | None] = []
+
+
+def prepare_llama_cpp() -> str | None:
+    """Ready llama.cpp for this process's engine; called where the engine starts and before any
+    model here is loaded. The first call decides, for the whole process:
+
+    - llama.cpp's log goes quiet below errors, unless its logger (``llama-cpp-python``) has a
+      level already: otherwise it floods the server's stderr;
+    - its tiled matrix product is turned off (``GGML_CPU_TILED_MM=0``), unless the variable is
+      set already, so that the text at temperature 0 does not depend on what else runs or was
+      cached.
+
+    Returns why that text may depend on them all the same (``None``: it does not), and logs it
+    once: the variable set to turn the product on, or llama.cpp having read it, unset, before it
+    was set here (llama-cpp-python's own ``Llama`` made in this process first).
+    """
+    with _PREPARED_LOCK:
+        if not _prepared:
+            logger = logging.getLogger("llama-cpp-python")
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.ERROR)
+            _prepared.append(_untiled())
+            if _prepared[0] is not None:
+                log.warning("temperature 0 is not exact in this process: %s", _prepared[0])
+        return _prepared[0]
+
+
+def _untiled() -> str | None:
+    """Turn the tiled product off unless it is set; why it may be on all the same."""
+    value = os.environ.get(TILED_MM_VARIABLE)
+    if value is not None:
+        if _c_integer(value) != 0:
+            return f"{TILED_MM_VARIABLE}={value} turns llama.cpp's tiled matrix product on"
+        return None
+    os.environ[TILED_MM_VARIABLE] = "0"
+    # llama-cpp-python's ``Llama`` initialises llama.cpp's backend once per process, when the
+    # first one is made: a model of the user's may have run already, reading the variable unset.
+    if getattr(llama_cpp.Llama, "_Llama__backend_initialized", False):
+        return (
+            f"a llama_cpp.Llama was made in this process before the engine started, so "
+            f"llama.cpp may have read {TILED_MM_VARIABLE} unset (tiled matrix product on); "
+            f"set {TILED_MM_VARIABLE}=0 before making it, or start the engine first"
+        )
+    return None
+
+
+def _c_integer(text: str) -> int:
+    """``text`` read as C's ``atoi`` reads it, as llama.cpp does: its leading integer, or 0."""
+    digits = re.match(r"\s*([+-]?\d+)", text)
+    return int(digits.group(1)) if digits else 0
 
 
 @contextmanager
@@ -46,7 +100,9 @@ def no_weight_repacking() -> Iterator[None]:
     SIMD): on CPUs with AMX the repacked matrix product crashes llama.cpp's decode, and
     repacking makes logits depend on the batch shape. ``Llama`` has no switch for it, so its
     default model parameters are swapped while it loads. Everything that loads the bundled
-    model in-process (benchmarks, test references, a third-party server) loads it this way."""
+    model in-process (benchmarks, test references, a third-party server) loads it this way,
+    llama.cpp readied as for the engine (``prepare_llama_cpp``)."""
+    prepare_llama_cpp()
 
     def params() -> Any:
         defaults = _DEFAULT_MODEL_PARAMS()
@@ -69,7 +125,7 @@ class LlamaTokenizer:
         params.vocab_only = True
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
-            raise EngineError(f"the tokenizer of {path.name} could not be loaded")
+            raise ModelLoadError(f"the tokenizer of {path.name} could not be loaded")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.bos_token = self._token_text(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token = self._token_text(llama_cpp.llama_vocab_eos(self._vocab))
@@ -133,6 +189,7 @@ class LlamaModel:
     """
 
     def __init__(self, path: Path, *, cells: int, sequences: int, threads: int) -> None:
+        prepare_llama_cpp()  # before this process's first evaluation, if it is that
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0
         # Repacked weights (the CPU "extra buffer types") process rows in groups, which ties
@@ -140,7 +197,7 @@ class LlamaModel:
         model_params.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
-            raise EngineError(f"{path.name} could not be loaded")
+            raise ModelLoadError(f"{path.name} could not be loaded")
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
         # A pass holds one sequence's chunk, or one token of every sequence.
@@ -155,7 +212,7 @@ class LlamaModel:
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
-            raise EngineError(f"{path.name} could not be given {sequences} contexts of {cells}")
+            raise ModelLoadError(f"{path.name} could not be given {sequences} contexts of {cells}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._batch = llama_cpp.llama_batch_init(max(PASS_MAX, sequences), 0, 1)

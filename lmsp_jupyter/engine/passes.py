@@ -7,9 +7,9 @@ from __future__ import annotations
 #: arithmetic with the shape of a pass in three places, measured by ``benchmarks/pass_sizes.py``:
 #:
 #: - matrix products of K-quantized weights are tiled from 8 tokens of a pass on. The engine
-#:   turns that kernel off (``engine/llama.py``): products then compute each token alone,
-#:   whatever else the pass holds, as fast as the tiled kernel for decoding and at 0.8 of its
-#:   speed for reading prompts;
+#:   turns that kernel off where it starts (``prepare_llama_cpp``, which says when it cannot):
+#:   products then compute each token alone, whatever else the pass holds, as fast as the tiled
+#:   kernel for decoding and at 0.8 of its speed for reading prompts;
 #: - attention is tiled from 64 tokens of one sequence: passes hold at most ``PASS_MAX`` of each;
 #: - a pass of one token of one sequence splits attention over the KV cache in chunks that
 #:   depend on how full it is, once it attends over 512 cells or more. llama.cpp views a

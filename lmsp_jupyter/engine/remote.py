@@ -10,6 +10,7 @@ answer has arrived. The configuration of a server is :class:`.remote_server.Remo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
@@ -133,13 +134,25 @@ class RemoteEngine:
 
     async def refresh(self) -> None:
         """Ask the server for its models (one request at a time, shared by every caller)."""
-        if self._refreshing is None:
-            self._refreshing = asyncio.ensure_future(self._list_models())
-        try:
-            await asyncio.shield(self._refreshing)
-        finally:
-            if self._refreshing.done():
-                self._refreshing = None
+        refreshing = self._refreshing
+        if refreshing is None:
+            refreshing = self._refreshing = asyncio.ensure_future(self._list_models())
+            # Cleared when it ends, not by a caller: a caller that was cancelled, or the first
+            # of many to resume, must leave the others' request alone.
+            refreshing.add_done_callback(self._refreshed)
+        await asyncio.shield(refreshing)
+
+    def _refreshed(self, refreshing: asyncio.Future[None]) -> None:
+        if self._refreshing is refreshing:
+            self._refreshing = None
+
+    async def first_listing(self, within: float) -> None:
+        """Wait, at most ``within`` seconds, for the server's first answer about its models
+        (asking it, unless that is under way). A server that answered, or failed to, once is
+        not waited for: its models are listed as it last answered."""
+        if self._reachable is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.refresh(), within)
 
     async def _list_models(self) -> None:
         try:
@@ -348,6 +361,10 @@ class RemoteEngine:
         return True
 
     # --- what the server does for itself -------------------------------------------------------
+
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Nothing to say: how the server batches is its own business."""
+        return None
 
     def is_loaded(self, model_id: str) -> bool:
         """Never: the server owns its memory; its models are ``available`` while it answers."""

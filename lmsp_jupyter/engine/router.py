@@ -12,6 +12,9 @@ from .catalog import ModelCatalog, ModelEntry
 from .generation import CancelToken, GenerationEvent, Prompt, SamplingParams
 from .remote import RemoteEngine
 
+#: How long a listing waits, at most, for a remote server's first answer (``LmspApp``'s default).
+FIRST_LISTING_SECONDS = 5.0
+
 
 class EngineRouter:
     """The models of the local catalog and of every remote server, each on its own engine.
@@ -25,13 +28,18 @@ class EngineRouter:
         local: GenerationBackend,
         catalog: ModelCatalog,
         remotes: Sequence[RemoteEngine] = (),
+        *,
+        first_listing_seconds: float = FIRST_LISTING_SECONDS,
     ) -> None:
+        """Route to ``local`` and ``remotes``; a listing waits at most ``first_listing_seconds``
+        for remote servers being asked for their models for the first time."""
         names = [remote.server.name for remote in remotes]
         if len(set(names)) != len(names):
             raise ValueError(f"remote server names must differ: {names}")
         self.local = local
         self.catalog = catalog
         self.remotes = {remote.server.name: remote for remote in remotes}
+        self.first_listing_seconds = first_listing_seconds
 
     # --- the models -------------------------------------------------------------------------
 
@@ -48,6 +56,12 @@ class EngineRouter:
     def notices(self) -> builtins.list[str]:
         """Why configured model directories give no model."""
         return self.catalog.notices()
+
+    async def first_listing(self) -> None:
+        """Wait, at most ``first_listing_seconds``, for the remote servers that have not yet
+        answered whether they have models: a listing right after start-up shows theirs."""
+        within = self.first_listing_seconds
+        await asyncio.gather(*(remote.first_listing(within) for remote in self.remotes.values()))
 
     async def refresh(self) -> None:
         """Ask every remote server for its models (and so whether it answers), together."""
@@ -75,6 +89,10 @@ class EngineRouter:
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry`` reasons between ``<think>`` tags."""
         return self._engine(entry).thinks(entry)
+
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Why ``entry``'s text at temperature 0 may vary, as its engine says."""
+        return self._engine(entry).inexact(entry)
 
     def is_loaded(self, model_id: str) -> bool:
         """Whether the model is in this process's memory (a remote one never is)."""

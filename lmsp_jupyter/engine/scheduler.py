@@ -33,7 +33,7 @@ from .generation import (
     ToolSpec,
 )
 from .guidance import SchemaMatcher
-from .llama import LlamaTokenizer
+from .llama import LlamaTokenizer, prepare_llama_cpp
 from .memory import footprint
 from .templates import THINK_OPEN, ChatTemplate, fallback_template
 from .work import GenerationRequest, WorkerSettings
@@ -118,6 +118,7 @@ class Engine(LoggingConfigurable):
         """Run models with ``settings``; ``kwargs`` are ``parent``, ``config`` and ``log``."""
         super().__init__(**kwargs)
         self.settings = settings or EngineSettings()
+        self._inexact = prepare_llama_cpp()
         self._workers: dict[str, ModelWorker] = {}
         self._tokenizers: dict[str, _Tokenizing] = {}
         self._lock = threading.Lock()
@@ -149,6 +150,11 @@ class Engine(LoggingConfigurable):
     def parallel(self, entry: ModelEntry) -> int:
         """How many sequences of ``entry`` generate at once."""
         return self.settings.parallel
+
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Why ``entry``'s text at temperature 0 may depend on what else runs or was cached:
+        llama.cpp's settings in this process (``prepare_llama_cpp``); ``None``: it does not."""
+        return self._inexact
 
     def is_loaded(self, model_id: str) -> bool:
         """Whether the model's weights are in memory."""

@@ -60,9 +60,20 @@ class LoadingProgress(BaseModel):
 
 
 class ModelExtension(BaseModel):
-    """This service's additions to a model object, under ``extensions["x-lmsp-jupyter"]``."""
+    """This service's additions to a model object, under ``extensions["x-lmsp-jupyter"]``;
+    only those that are set are sent."""
 
     loading: LoadingProgress | None = None
+    inexact: str | None = Field(
+        default=None,
+        description="Why the model's text at temperature 0 may depend on what else runs or was "
+        "cached (llama.cpp's settings in this server's process); absent: it does not.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: Any) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {name: value for name, value in data.items() if value is not None}
 
 
 class ModelListExtension(BaseModel):

@@ -29,7 +29,7 @@ from ..engine.manager import (
     default_memory_budget,
 )
 from ..engine.remote import RemoteEngine, RemoteServer
-from ..engine.router import EngineRouter
+from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..engine.scheduler import Engine, EngineSettings
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
@@ -240,6 +240,12 @@ class LmspApp(ExtensionApp):
         help="How often remote servers are asked for their models (and so whether they answer).",
     ).tag(config=True)
 
+    remote_first_listing_seconds = Float(
+        FIRST_LISTING_SECONDS,
+        help="How long a listing of the models waits, at most, for a remote server that has "
+        "not answered yet (right after start-up): its models are listed once it answers.",
+    ).tag(config=True)
+
     @default("store_path")
     def _default_store_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
@@ -279,7 +285,9 @@ class LmspApp(ExtensionApp):
         build: Callable[..., GenerationBackend] = self.engine_class  # a class, not the Protocol
         local = build(settings, parent=self, log=self.log)
         remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
-        self.engine = EngineRouter(local, catalog, remotes)
+        self.engine = EngineRouter(
+            local, catalog, remotes, first_listing_seconds=self.remote_first_listing_seconds
+        )
         for notice in catalog.notices():
             self.log.warning("%s", notice)
         self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)

@@ -59,8 +59,8 @@ class ModelsHandler(LmspHandler):
         )
     }
 
-    def get(self) -> None:
-        self.write_model(self.models.list())
+    async def get(self) -> None:
+        self.write_model(await self.models.listing())
 
 
 class ModelHandler(LmspHandler):

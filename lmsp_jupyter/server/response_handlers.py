@@ -53,11 +53,11 @@ class _CreatingHandler(StreamingHandler):
     ) -> Answer:
         """Generate ``run`` as SSE, each event as ``render`` shows it, after ``head``; the
         stream as sent is the answer its key keeps."""
-        stream = self.event_stream()
+        stream = self.event_stream(kept=claim is not None)
         await stream.send(self._kept(run, stream, claim, render, head))
         self.finish()
-        if run.status not in _ANSWERED:
-            return None  # the client left, or generation failed: no answer to give again
+        if claim is None or run.status not in _ANSWERED:
+            return None  # no key, the client left, or generation failed: nothing to answer again
         return 200, stream.transcript
 
     async def _kept(

@@ -63,21 +63,28 @@ class EventStream:
 
     The events are iterated in the handler's own task, so a disconnect (``close``) cancels that
     task and, through it, whatever produces the events. One timer, not one per event, sends the
-    keep-alive comments: the per-token path stays a write and a flush.
+    keep-alive comments: the per-token path stays a write and a flush. Only a stream that is
+    ``kept`` (its idempotency key answers it again) holds what it sent; the others, task
+    followers among them, hold no frame once written.
     """
 
-    def __init__(self, handler: RequestHandler, keepalive_seconds: float) -> None:
+    def __init__(
+        self, handler: RequestHandler, keepalive_seconds: float, *, kept: bool = False
+    ) -> None:
         self._handler = handler
         self._keepalive = keepalive_seconds
         self._task: asyncio.Task[object] | None = None
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._last_write = time.monotonic()
-        self._sent: list[bytes] = []
+        self._sent: list[bytes] | None = [] if kept else None
 
     @property
     def transcript(self) -> str:
-        """Everything sent so far but keep-alive comments: what ``replay`` sends again."""
+        """Everything sent so far but keep-alive comments, what ``replay`` sends again; only
+        a ``kept`` stream has one."""
+        if self._sent is None:
+            raise RuntimeError("only a kept stream has a transcript")
         return b"".join(self._sent).decode()
 
     def _start(self) -> None:
@@ -123,7 +130,8 @@ class EventStream:
         client that takes nothing for ``lmsp_slow_client_seconds`` is dropped (it resumes
         from its last event id), so it neither holds memory nor the model."""
         self._last_write = time.monotonic()
-        self._sent.append(data)
+        if self._sent is not None:
+            self._sent.append(data)
         self._handler.write(data)
         limit: float = self._handler.settings.get("lmsp_slow_client_seconds", SLOW_CLIENT_SECONDS)
         try:
@@ -159,9 +167,10 @@ class StreamingHandler(LmspHandler):
 
     _stream: EventStream | None = None
 
-    def event_stream(self) -> EventStream:
-        """A stream to this client: the one a disconnect closes."""
-        self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"])
+    def event_stream(self, *, kept: bool = False) -> EventStream:
+        """A stream to this client: the one a disconnect closes; ``kept``: it holds what it
+        sends, for its idempotency key to answer again."""
+        self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"], kept=kept)
         return self._stream
 
     async def send_events(self, events: AsyncIterator[SseEvent]) -> None:

@@ -8,7 +8,6 @@ from ..engine.backend import GenerationBackend, ModelIndex
 from ..engine.catalog import ModelEntry, bundled_progress
 from ..engine.generation import EngineError
 from ..engine.manager import ModelManager
-from ..protocol.errors import LmspError
 from ..protocol.models import (
     EXTENSION_KEY,
     LoadingProgress,
@@ -19,6 +18,7 @@ from ..protocol.models import (
     ModelListExtension,
     ModelStatus,
 )
+from .engine_errors import engine_problem
 
 
 class ModelDirectory:
@@ -62,7 +62,8 @@ class ModelDirectory:
         return "available" if entry.available else "unavailable"
 
     def describe(self, entry: ModelEntry) -> Model:
-        """The model object of ``entry``: ``loading`` too while its GGUF file is assembled."""
+        """The model object of ``entry``: ``loading`` too while its GGUF file is assembled, and
+        why its text at temperature 0 may vary where it may."""
         if entry.source == "remote":  # the remote server owns its memory
             return Model(
                 id=entry.id,
@@ -75,10 +76,13 @@ class ModelDirectory:
             )
         state = self.manager.state(entry.id)
         assembly = bundled_progress() if entry.source == "bundled" else None
-        extensions = None
-        if assembly is not None:
-            progress = LoadingProgress(stage=assembly.stage, fraction=assembly.fraction)
-            extensions = {EXTENSION_KEY: ModelExtension(loading=progress)}
+        own = ModelExtension(
+            loading=LoadingProgress(stage=assembly.stage, fraction=assembly.fraction)
+            if assembly is not None
+            else None,
+            inexact=self.engine.inexact(entry),
+        )
+        extensions = {EXTENSION_KEY: own} if own.loading or own.inexact else None
         return Model(
             id=entry.id,
             created=_created(entry),
@@ -101,17 +105,24 @@ class ModelDirectory:
             extensions={EXTENSION_KEY: ModelListExtension(notices=notices)} if notices else None,
         )
 
+    async def listing(self) -> ModelList:
+        """:meth:`list`, once the places asked for the first time have answered (or a bounded
+        wait has passed): the listing right after start-up shows remote servers' models."""
+        await self.catalog.first_listing()
+        return self.list()
+
     def get(self, model_id: str) -> Model:
         """One model; unknown → ``model_not_found``."""
         return self.describe(self.entry(model_id))
 
     async def load(self, model_id: str) -> Model:
-        """Load a model now (``overloaded`` if it cannot fit); the model once loaded."""
+        """Load a model now (``overloaded`` if it cannot fit, ``engine_unavailable`` if it
+        cannot be loaded); the model once loaded."""
         entry = self.entry(model_id)
         try:
             await self.manager.load(entry)
         except EngineError as exc:
-            raise LmspError("generation_failed", str(exc)) from None
+            raise engine_problem(exc) from None
         return self.describe(entry)
 
     async def unload(self, model_id: str) -> Model:

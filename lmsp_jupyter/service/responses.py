@@ -17,7 +17,6 @@ from ..engine.generation import (
     CancelToken,
     ChatMessage,
     EngineError,
-    EngineUnavailable,
     GenerationDone,
     GrammarError,
     Prompt,
@@ -49,6 +48,7 @@ from ..protocol.responses import (
 )
 from .conversation import chat_messages
 from .decoding import breach, plan
+from .engine_errors import engine_problem
 from .history import ResponseHistory
 from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
@@ -58,16 +58,12 @@ from .store import ResponseRecords
 
 __all__ = [
     "OWNER",
-    "RETRY_UNAVAILABLE_SECONDS",
     "ResponseRun",
     "ResponseService",
     "with_instructions",
 ]
 
 log = logging.getLogger(__name__)
-
-#: When a client may try again after ``engine_unavailable``: the next request probes the engine.
-RETRY_UNAVAILABLE_SECONDS = 5
 
 _INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "context_length": "context_length"}
 
@@ -104,7 +100,7 @@ class ResponseService:
         except GrammarError as exc:
             raise LmspError("invalid_request", str(exc), param=decoding.constraint_param) from None
         except EngineError as exc:
-            raise _engine_problem(exc) from None
+            raise engine_problem(exc) from None
         await self._check_window(request, entry, prompt)
         keep_alive = _keep_alive(request)
         self.models.manager.check(entry)
@@ -134,7 +130,7 @@ class ResponseService:
             try:
                 tokens, exact = await prompt.counter()
             except EngineError as exc:
-                raise _engine_problem(exc) from None
+                raise engine_problem(exc) from None
         if tokens + output > window:
             counted = f"{tokens} prompt tokens" if exact else f"about {tokens} prompt tokens"
             raise LmspError(
@@ -198,9 +194,7 @@ class ResponseService:
             if loaded:
                 raise
             run.status = "failed"
-            run.error = (
-                exc if isinstance(exc, LmspError) else LmspError("generation_failed", str(exc))
-            )
+            run.error = exc if isinstance(exc, LmspError) else engine_problem(exc)
             created = ResponseCreated(response_id=run.id, response=run.response())
             yield ResponseEvent(id=1, data=created)
             failed = ResponseFailed(
@@ -284,7 +278,7 @@ class ResponseService:
                     done = generated
             pending = output.finish(incomplete=done.reason != "stop") if done is not None else []
         except EngineError as exc:
-            run.error, done = _engine_problem(exc), None
+            run.error, done = engine_problem(exc), None
         except Exception:  # a bug must not leave the stream without its final event
             log.exception("response %s failed", run.id)
             run.error, done = _internal("failed"), None
@@ -358,14 +352,6 @@ def _keep_alive(request: ResponseRequest) -> float | None:
             param=f"extensions.{EXTENSION_KEY}.keep_alive_seconds",
         )
     return float(value)
-
-
-def _engine_problem(error: EngineError) -> LmspError:
-    """The problem of an engine failure: an engine that does not answer is
-    ``engine_unavailable`` (retry later), not a failure."""
-    if isinstance(error, EngineUnavailable):
-        return LmspError("engine_unavailable", str(error), retry_after=RETRY_UNAVAILABLE_SECONDS)
-    return LmspError("generation_failed", str(error))
 
 
 def _internal(what: str) -> LmspError:

@@ -15,9 +15,9 @@ from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelEntry
 from lmsp_jupyter.engine.generation import (
     CancelToken,
     ChatMessage,
-    EngineError,
     GenerationDone,
     GenerationEvent,
+    ModelLoadError,
     Prompt,
     SamplingParams,
     TextDelta,
@@ -217,7 +217,7 @@ async def test_generate_stops_at_the_context_size(
         small.close()
 
 
-async def test_engine_generate_of_an_unloadable_model_raises_engine_error(
+async def test_engine_generate_of_an_unloadable_model_raises_model_load_error(
     tmp_path: Path,
 ) -> None:
     broken = tmp_path / "broken.gguf"
@@ -233,9 +233,9 @@ async def test_engine_generate_of_an_unloadable_model_raises_engine_error(
     )
     engine = Engine(EngineSettings(context_size=CONTEXT, threads=1))
     try:
-        with pytest.raises(EngineError, match=r"^broken\.gguf could not be loaded$"):
+        with pytest.raises(ModelLoadError, match=r"^broken\.gguf could not be loaded$"):
             await collect(engine, entry, Prompt(text="x", tokens=[1, 2]), 4)
-        with pytest.raises(EngineError, match=r"^the tokenizer of broken\.gguf"):
+        with pytest.raises(ModelLoadError, match=r"^the tokenizer of broken\.gguf"):
             await engine.render(entry, [ChatMessage(role="user", content="Hi")])
     finally:
         engine.close()

@@ -134,6 +134,88 @@ def test_the_router_sends_a_servers_prefix_to_that_server_and_the_rest_to_the_ca
         router.get("elsewhere/m")
 
 
+def test_concurrent_first_requests_share_one_listing_and_all_get_their_answer() -> None:
+    paths: list[str] = []
+    remote = one_model(
+        lambda _: sse(chunk({"content": "ok"}), chunk({}, "stop"), "data: [DONE]\n\n"), paths
+    )
+    router = EngineRouter(Engine(), ModelCatalog(include_bundled=False), [remote])
+    params = generation.SamplingParams(max_tokens=1)
+
+    async def first_requests() -> list[list[generation.GenerationEvent]]:
+        # The start-up refresh and three requests that each ask the server before rendering.
+        starting = asyncio.ensure_future(router.refresh())
+        answers = await asyncio.gather(*(generate(remote, params) for _ in range(3)))
+        await starting
+        return answers
+
+    answers = asyncio.run(first_requests())
+    assert [answer[0] for answer in answers] == [generation.TextDelta("ok")] * 3
+    assert paths.count("/v1/models") == 1
+
+
+def router_on_a_held_listing(
+    released: asyncio.Event, first_listing_seconds: float
+) -> tuple[EngineRouter, list[str]]:
+    """A router on one server whose listing of its model ``m`` waits for ``released``; the
+    path of each request it gets is in the list."""
+    paths: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        await released.wait()
+        return listing({"id": "m"})
+
+    server = RemoteServer.parse({"name": "gpu", "url": "http://gpu:8000/v1"})
+    remote = RemoteEngine(server, transport=httpx.MockTransport(handler))
+    catalog = ModelCatalog(include_bundled=False)
+    return EngineRouter(
+        Engine(), catalog, [remote], first_listing_seconds=first_listing_seconds
+    ), paths
+
+
+def test_the_first_listing_waits_for_a_server_being_asked_and_shows_its_models() -> None:
+    async def listed() -> list[tuple[str, bool]]:
+        released = asyncio.Event()
+        router, paths = router_on_a_held_listing(released, first_listing_seconds=600)
+        starting = asyncio.ensure_future(router.refresh())  # the start-up refresh
+        waiting = asyncio.ensure_future(router.first_listing())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        released.set()
+        await asyncio.gather(starting, waiting)
+        assert paths == ["/v1/models"]  # the listing waited for the same request
+        return [(entry.id, entry.available) for entry in router.list()]
+
+    assert asyncio.run(listed()) == [("gpu/m", True)]
+
+
+def test_the_first_listing_waits_no_longer_than_its_bound() -> None:
+    async def listed() -> list[str]:
+        released = asyncio.Event()
+        router, _ = router_on_a_held_listing(released, first_listing_seconds=0.01)
+        await router.first_listing()  # the server has not answered: the bound ends the wait
+        models = [entry.id for entry in router.list()]
+        released.set()
+        return models
+
+    assert asyncio.run(listed()) == []
+
+
+def test_a_listing_does_not_wait_for_a_server_that_failed_to_answer() -> None:
+    paths: list[str] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        raise httpx.ConnectError("refused", request=request)
+
+    router = EngineRouter(Engine(), ModelCatalog(include_bundled=False), [engine(refuse)])
+    for _ in range(2):
+        asyncio.run(router.first_listing())
+    assert paths == ["/v1/models"]  # asked once, by the first listing
+
+
 # --- generating ---------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from traitlets.config import Config
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.server.app import LmspApp, PathList
 from tests.engine.gguf_files import write_gguf
+from tests.server.helpers import assert_problem
 
 TRAIT = PathList()
 
@@ -96,3 +97,19 @@ async def test_a_missing_or_empty_directory_is_said_in_the_listing_and_the_log(
     assert await listed(lmsp) == (["models"], notices)
     log = capfd.readouterr().err  # the server's log, since before it started
     assert all(f"LmspApp] {notice}\n" in log for notice in notices), log
+
+
+@pytest.mark.parametrize("jp_argv", [['--LmspApp.model_dirs=["~/models"]']])
+async def test_a_model_that_cannot_be_loaded_is_engine_unavailable_and_the_rest_still_serves(
+    home: Path, lmsp: httpx.AsyncClient
+) -> None:
+    # ~/models/models.gguf has metadata and no tensors: listed, but llama.cpp cannot load it.
+    load = await lmsp.post("/models/models/load")
+    problem = assert_problem(load, 503, "engine_unavailable")
+    assert problem["detail"] == "models.gguf could not be loaded"
+    assert "retry-after" not in load.headers  # trying again cannot help until the file changes
+    asked = await lmsp.post("/responses", json={"model": "models", "input": "Hi"})
+    assert_problem(asked, 503, "engine_unavailable")
+    assert "retry-after" not in asked.headers
+    body = {"model": BUNDLED_MODEL_ID, "input": "Hi", "max_output_tokens": 2}
+    assert (await lmsp.post("/responses", json=body)).status_code == 200

@@ -8,6 +8,7 @@ endpoint to count tokens with. The Jupyter server in front of it is real.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -84,15 +85,24 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedServer]:
-    server = ScriptedServer(("127.0.0.1", 0), Handler)
+@contextlib.contextmanager
+def serving(handler: type[Handler] = Handler) -> Iterator[ScriptedServer]:
+    """A scripted server answering with ``handler`` on a loopback port, for the block."""
+    server = ScriptedServer(("127.0.0.1", 0), handler)
     server.requests = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedServer]:
+    with serving() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

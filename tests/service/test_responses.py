@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
-from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError
+from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, ModelLoadError
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, fallback_template
@@ -462,11 +462,33 @@ async def test_cancel_mid_stream_keeps_the_text_so_far_then_response_cancelled()
 
 
 async def test_engine_error_while_rendering_is_generation_failed() -> None:
+    failing = ScriptedEngine(render_error=EngineError("the prompt could not be tokenized"))
+    error = await refusal(service_of(failing), request())
+    assert (error.code, error.status) == ("generation_failed", 500)
+
+
+async def test_a_tokenizer_that_cannot_be_loaded_is_engine_unavailable_without_retry_after() -> (
+    None
+):
     unloadable = ScriptedEngine(
-        render_error=EngineError("the tokenizer of x.gguf could not be loaded")
+        render_error=ModelLoadError("the tokenizer of x.gguf could not be loaded")
     )
     error = await refusal(service_of(unloadable), request())
-    assert (error.code, error.status) == ("generation_failed", 500)
+    assert (error.code, error.status, error.retry_after) == ("engine_unavailable", 503, None)
+
+
+async def test_weights_that_cannot_be_loaded_fail_the_response_as_engine_unavailable() -> None:
+    service = service_of(ScriptedEngine(load_error=ModelLoadError("x.gguf could not be loaded")))
+    run = await service.start(request())
+    events = await events_of(service, run)
+    assert names(events) == ["response.created", "response.failed"]
+    failed = events[-1].data
+    assert isinstance(failed, ResponseFailed)
+    assert (failed.error.code, failed.error.status) == ("engine_unavailable", 503)
+    assert failed.error.detail == "x.gguf could not be loaded"
+    with pytest.raises(LmspError) as info:
+        await service.complete(await service.start(request()))
+    assert (info.value.code, info.value.retry_after) == ("engine_unavailable", None)
 
 
 async def test_template_refusing_the_conversation_is_invalid_request_naming_input() -> None:

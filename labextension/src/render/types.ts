@@ -131,7 +131,8 @@ export interface ILmspModel {
   memory_bytes?: number;
   loaded_at?: number;
   expires_at?: number | null;
-  extensions?: { 'x-lmsp-jupyter'?: { loading?: ILmspLoadingProgress | null } };
+  /** This service's additions: progress while loading; why temperature 0 may not be exact. */
+  extensions?: { 'x-lmsp-jupyter'?: { loading?: ILmspLoadingProgress | null; inexact?: string } };
 }
 
 /** The models, and why configured model directories give none. */

@@ -1,0 +1,104 @@
+"""``GGML_CPU_TILED_MM``: the engine turns llama.cpp's tiled matrix product off where it starts,
+keeps a value the user set, and says, in its log once and in the model listing, when the text at
+temperature 0 cannot be exact. llama.cpp reads the variable once per process, so each case runs in
+a process of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_jupyter.engine.llama import TILED_MM_VARIABLE
+
+#: Imports the engine, makes a ``llama_cpp.Llama`` first if asked, starts two engines, and
+#: prints the variable after the import and after the start, what the engines say and what the
+#: listing says.
+SCRIPT = """
+import json, logging, os, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+import llama_cpp
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.scheduler import Engine
+from lmsp_jupyter.service.models import ModelDirectory
+imported = os.environ.get("GGML_CPU_TILED_MM")
+if sys.argv[1] == "llama-first":
+    llama_cpp.Llama(sys.argv[2], vocab_only=True, verbose=False)
+catalog = ModelCatalog(include_bundled=True)
+entry = catalog.get(BUNDLED_MODEL_ID)
+engines = [Engine(), Engine()]
+listed = ModelDirectory(catalog, engines[1]).list().model_dump(mode="json")
+print(json.dumps({
+    "imported": imported,
+    "started": os.environ.get("GGML_CPU_TILED_MM"),
+    "inexact": [engine.inexact(entry) for engine in engines],
+    "extensions": listed["data"][0].get("extensions"),
+}))
+"""
+
+
+def started(bundled_model_path: Path, *, variable: str | None, first: str = "") -> dict[str, Any]:
+    """What a process started with ``GGML_CPU_TILED_MM`` set to ``variable`` (``None``: unset)
+    reports, its warnings under ``warnings``."""
+    env = {key: value for key, value in os.environ.items() if key != TILED_MM_VARIABLE}
+    if variable is not None:
+        env[TILED_MM_VARIABLE] = variable
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, first, str(bundled_model_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report: dict[str, Any] = json.loads(run.stdout)
+    report["warnings"] = [line for line in run.stderr.splitlines() if "not exact" in line]
+    return report
+
+
+def test_the_engine_turns_the_tiled_product_off_where_it_starts_not_at_import(
+    bundled_model_path: Path,
+) -> None:
+    report = started(bundled_model_path, variable=None)
+    assert (report["imported"], report["started"]) == (None, "0")
+    assert report["inexact"] == [None, None]
+    assert report["extensions"] is None
+    assert report["warnings"] == []
+
+
+@pytest.mark.parametrize("variable", ["0", " 00"])
+def test_a_user_value_that_turns_it_off_is_kept_and_exact(
+    bundled_model_path: Path, variable: str
+) -> None:
+    report = started(bundled_model_path, variable=variable)
+    assert report["started"] == variable
+    assert (report["inexact"], report["warnings"]) == ([None, None], [])
+
+
+def test_a_user_value_that_turns_it_on_is_kept_and_said_once_in_the_log_and_the_listing(
+    bundled_model_path: Path,
+) -> None:
+    report = started(bundled_model_path, variable="1")
+    reason = "GGML_CPU_TILED_MM=1 turns llama.cpp's tiled matrix product on"
+    assert report["started"] == "1"
+    assert report["inexact"] == [reason, reason]
+    assert report["extensions"] == {"x-lmsp-jupyter": {"inexact": reason}}
+    assert report["warnings"] == [
+        f"WARNING lmsp_jupyter.engine.llama temperature 0 is not exact in this process: {reason}"
+    ]
+
+
+def test_a_llama_made_before_the_engine_started_is_said_once_in_the_log_and_the_listing(
+    bundled_model_path: Path,
+) -> None:
+    report = started(bundled_model_path, variable=None, first="llama-first")
+    assert report["started"] == "0"  # for what llama.cpp has not read yet
+    first, second = report["inexact"]
+    assert first == second is not None
+    assert "a llama_cpp.Llama was made in this process before the engine started" in first
+    assert report["extensions"] == {"x-lmsp-jupyter": {"inexact": first}}
+    assert len(report["warnings"]) == 1
