@@ -11,6 +11,7 @@ from traitlets.config import LoggingConfigurable
 
 from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelEntry
+from lmsp_jupyter.engine.fim import raw_prompt_tokens
 from lmsp_jupyter.engine.scheduler import EngineSettings
 
 
@@ -47,6 +48,8 @@ class ScriptedEngine(LoggingConfigurable):
         super().__init__(**kwargs)
         #: The messages of every prompt rendered, in order.
         self.prompts: list[Sequence[generation.ChatMessage]] = []
+        #: Every raw prompt rendered, in order.
+        self.raw_prompts: list[generation.Prompt] = []
         self.generations = 0
 
     def script(self) -> tuple[Sequence[str], float, int | None]:
@@ -92,6 +95,22 @@ class ScriptedEngine(LoggingConfigurable):
         self.prompts.append(messages)
         text = "\n".join(m.content for m in messages)
         return generation.Prompt(text=text, tokens=list(range(len(text.split()) + 1)))
+
+    async def render_text(
+        self, entry: ModelEntry, text: str, suffix: str | None = None
+    ) -> generation.Prompt:
+        """A raw prompt whose tokens are its words' numbers (the FIM tokens 1000, 1001, 1002
+        where the model has them; its suffix left out where it has not)."""
+        if self.render_error is not None:
+            raise self.render_error
+
+        def words(part: str) -> list[int]:
+            return list(range(len(part.split())))
+
+        tokens = raw_prompt_tokens(words, text, suffix, bos=None, fim=entry.fim)
+        prompt = generation.Prompt(text=text, tokens=tokens, raw=True, suffix=suffix)
+        self.raw_prompts.append(prompt)
+        return prompt
 
     async def generate(
         self,
