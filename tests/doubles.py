@@ -99,8 +99,7 @@ class ScriptedEngine(LoggingConfigurable):
     async def render_text(
         self, entry: ModelEntry, text: str, suffix: str | None = None
     ) -> generation.Prompt:
-        """A raw prompt whose tokens are its words' numbers (the FIM tokens 1000, 1001, 1002
-        where the model has them; its suffix left out where it has not)."""
+        """A raw prompt, a token a word, assembled as the real engine's (:mod:`.fim`)."""
         if self.render_error is not None:
             raise self.render_error
 

@@ -43,7 +43,11 @@ def sse_frame(event: SseEvent) -> bytes:
         return _frame(event.id, event.event, event.data)
     if isinstance(event, Interrupted):
         return _frame(event.last_id, "error", event.data.model_dump_json())
-    if isinstance(event, ChatCompletionChunk | TextCompletion):
+    if isinstance(event, TextCompletion):  # as OpenAI's: ``finish_reason: null`` until the end
+        return _frame(
+            None, None, event.model_dump_json(exclude={"usage"} if not event.usage else None)
+        )
+    if isinstance(event, ChatCompletionChunk):
         return _frame(None, None, event.model_dump_json(exclude_none=True))
     if isinstance(event, ChatStreamError):
         return _frame(None, None, event.model_dump_json())
