@@ -116,13 +116,14 @@ def completion_body(
 
 
 def completion_model(models: list[Model]) -> str:
-    """The model a completion uses when none is named: one that fills in the middle (a loaded
-    one first), else the first loaded, else the first listed."""
+    """The model a completion uses when none is named: a loaded one that fills in the middle,
+    else the first loaded, else the first listed (as the lab extension's completer picks)."""
     if not models:
         raise ProtocolViolation("the service lists no model to complete with")
 
     def rank(model: Model) -> tuple[bool, bool]:
-        return "fim" not in model.capabilities, model.status != "loaded"
+        loaded = model.status == "loaded"
+        return not (loaded and "fim" in model.capabilities), not loaded
 
     return min(models, key=rank).id
 

@@ -87,13 +87,12 @@ def model(model_id: str, status: str, fim: bool) -> Model:
     )
 
 
-def test_the_default_model_fills_in_the_middle_loaded_first_else_the_first_loaded() -> None:
+def test_the_default_model_is_a_loaded_fim_one_else_the_first_loaded_else_the_first() -> None:
     plain, loaded = model("a", "available", False), model("b", "loaded", False)
     coder, loaded_coder = model("c", "available", True), model("d", "loaded", True)
     assert completion_model([plain, loaded, coder, loaded_coder]) == "d"
-    assert completion_model([plain, loaded, coder]) == "c"
-    assert completion_model([plain, loaded]) == "b"
-    assert completion_model([plain]) == "a"
+    assert completion_model([plain, coder, loaded]) == "b"
+    assert completion_model([plain, coder]) == "a"
 
 
 def test_a_wrong_token_is_a_problem_error(live_server: LiveServer) -> None:
