@@ -71,6 +71,8 @@ class _CreatingHandler(StreamingHandler):
         stream = self.event_stream()
         await stream.send(self._kept(run, stream, claim, render, head))
         self.finish()
+        if run.status == "in_progress":
+            self.log.debug("response %s: the client left; its generation stopped", run.id)
         if run.status not in _ANSWERED:
             return None  # the client left, or generation failed: no answer to give again
         return 200, stream.transcript
