@@ -19,7 +19,6 @@ from . import _wire
 from ._discovery import discover
 from ._errors import ProtocolViolation
 from ._follow import RECONNECT_ATTEMPTS, EventFollower, follow_response, follow_task
-from ._sse import SseParser
 from ._wire import Call, RequestLike
 
 T = TypeVar("T")
@@ -193,13 +192,11 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
                 if reply.is_error:
                     reply.read()
                     raise _wire.problem_error(reply)
-                parser = SseParser()
+                reader = _wire.CompletionReader()
                 for data in reply.iter_bytes():
-                    for message in parser.feed(data):
-                        chunk = _wire.completion_chunk(message.data)
-                        if chunk is None:
-                            return
-                        yield chunk
+                    yield from reader.feed(data)
+                    if reader.done:
+                        return
         except httpx.TransportError as error:
             raise _wire.unreachable(self._base_url, error) from error
         raise ProtocolViolation("the completion stream ended before [DONE]")
@@ -345,13 +342,12 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
                 if reply.is_error:
                     await reply.aread()
                     raise _wire.problem_error(reply)
-                parser = SseParser()
+                reader = _wire.CompletionReader()
                 async for data in reply.aiter_bytes():
-                    for message in parser.feed(data):
-                        chunk = _wire.completion_chunk(message.data)
-                        if chunk is None:
-                            return
+                    for chunk in reader.feed(data):
                         yield chunk
+                    if reader.done:
+                        return
         except httpx.TransportError as error:
             raise _wire.unreachable(self._base_url, error) from error
         raise ProtocolViolation("the completion stream ended before [DONE]")

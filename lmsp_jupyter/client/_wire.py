@@ -21,6 +21,7 @@ from ..protocol.requests import ResponseRequest
 from ..protocol.responses import Response
 from ..protocol.tasks import Task, TaskList, TaskRequest
 from ._errors import ProblemError, ProtocolViolation, ServiceUnreachable
+from ._sse import SseParser
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -126,6 +127,26 @@ def completion_model(models: list[Model]) -> str:
         return not (loaded and "fim" in model.capabilities), not loaded
 
     return min(models, key=rank).id
+
+
+class CompletionReader:
+    """The chunks of a completion stream, read from its bytes as they come."""
+
+    def __init__(self) -> None:
+        self._parser = SseParser()
+        #: Whether ``[DONE]`` came: nothing follows.
+        self.done = False
+
+    def feed(self, data: bytes) -> list[TextCompletion]:
+        """The chunks ``data`` completes."""
+        chunks: list[TextCompletion] = []
+        for message in self._parser.feed(data):
+            chunk = completion_chunk(message.data)
+            if chunk is None:
+                self.done = True
+                break
+            chunks.append(chunk)
+        return chunks
 
 
 def completion_chunk(data: str) -> TextCompletion | None:

@@ -12,17 +12,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .chat import StreamOptions
-from .chat_answers import ChatStreamDone, ChatStreamError, ChatUsage, chat_usage
+from .chat_answers import ChatStreamDone, ChatStreamError, ChatUsage, chat_usage, closing_frames
 from .errors import LmspError
 from .events import (
     EventData,
     OutputTextDelta,
-    ResponseCancelled,
-    ResponseCompleted,
     ResponseEvent,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamError,
 )
 from .items import MAX_TEXT_CHARS, InputMessage, OutputMessage
 from .requests import SAMPLING_FIELDS, MinP, ResponseRequest, Seed, Stop, Temperature, TopK, TopP
@@ -175,15 +170,9 @@ class CompletionChunks:
     def _of(self, data: EventData) -> list[CompletionStreamFrame]:
         if isinstance(data, OutputTextDelta):
             return [self._chunk(data.delta, None)]
-        if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
-            chunks: list[CompletionStreamFrame] = [self._chunk("", _finish_reason(data.status))]
-            usage = getattr(data, "usage", None)
-            if self.include_usage and usage is not None:
-                chunks.append(_object(self.response, [], usage))
-            return [*chunks, ChatStreamDone()]
-        if isinstance(data, ResponseFailed | StreamError):
-            return [
-                ChatStreamError(error=data.error.model_dump(exclude_none=True)),
-                ChatStreamDone(),
-            ]
-        return []
+        return closing_frames(
+            data,
+            lambda status: self._chunk("", _finish_reason(status)),
+            lambda usage: _object(self.response, [], usage),
+            include_usage=self.include_usage,
+        )

@@ -70,9 +70,9 @@ class _CreatingHandler(StreamingHandler):
         stream as sent is the answer its key keeps."""
         stream = self.event_stream()
         await stream.send(self._kept(run, stream, claim, render, head))
-        self.finish()
         if run.status == "in_progress":
             self.log.debug("response %s: the client left; its generation stopped", run.id)
+        self.finish()
         if run.status not in _ANSWERED:
             return None  # the client left, or generation failed: no answer to give again
         return 200, stream.transcript

@@ -15,6 +15,8 @@ import httpx
 import pytest
 from traitlets.config import Config
 
+from lmsp_jupyter.engine.batching import ModelWorker
+from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
@@ -157,3 +159,16 @@ def scripted_engine(serverapp: Any) -> ScriptedEngine:
     engine = lmsp_app(serverapp).engine.local
     assert isinstance(engine, ScriptedEngine)
     return engine
+
+
+def record_finishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[StopReason, int]]:
+    """How each sequence the model workers finish from now on ended, and its output tokens."""
+    finished: list[tuple[StopReason, int]] = []
+    finish = ModelWorker._finish
+
+    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
+        finished.append((reason, sequence.generated))
+        finish(self, sequence, reason, flush)
+
+    monkeypatch.setattr(ModelWorker, "_finish", recording)
+    return finished

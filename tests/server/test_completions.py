@@ -18,13 +18,11 @@ from openai import OpenAI
 from openai.types import Completion
 from traitlets.config import Config
 
-from lmsp_jupyter.engine.batching import ModelWorker
 from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
-from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from tests.conftest import FIM_IDS, MODEL, READER_TOKEN, LiveServer
 from tests.helpers import eventually_async
-from tests.server.helpers import assert_problem, server_config
+from tests.server.helpers import assert_problem, record_finishes, server_config
 
 PROMPT = "def fibonacci(n):\n"
 
@@ -232,14 +230,7 @@ def jp_server_config(request: pytest.FixtureRequest, fim_model_path: Path) -> Co
 async def test_a_client_that_leaves_mid_stream_frees_the_sequence(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished: list[tuple[StopReason, int]] = []
-    finish = ModelWorker._finish
-
-    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
-        finished.append((reason, sequence.generated))
-        finish(self, sequence, reason, flush)
-
-    monkeypatch.setattr(ModelWorker, "_finish", recording)
+    finished = record_finishes(monkeypatch)
     chunks = 0
     body = complete(max_tokens=4000, stream=True)
     async with lmsp.stream("POST", "/completions", json=body) as response:

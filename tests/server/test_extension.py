@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.batching import ModelWorker
-from lmsp_jupyter.engine.generation import StopReason
 from tests.conftest import MODEL, start_server, stop_server
 from tests.helpers import eventually_async
-from tests.server.helpers import parse_sse
+from tests.server.helpers import parse_sse, record_finishes
 
 
 async def test_mounted_under_the_servers_base_url(
@@ -78,14 +75,7 @@ async def test_failure_in_a_sync_request_is_generation_failed_problem(
 async def test_disconnect_stops_generation_and_frees_the_model(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished: list[tuple[StopReason, int]] = []
-    finish = ModelWorker._finish
-
-    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
-        finished.append((reason, sequence.generated))
-        finish(self, sequence, reason, flush)
-
-    monkeypatch.setattr(ModelWorker, "_finish", recording)
+    finished = record_finishes(monkeypatch)
     body = {
         "model": MODEL,
         "input": "Write a long story.",

@@ -405,24 +405,18 @@ def cheapen(body: Any, use_model: bool) -> bool:
 
 def cheapen_chat(body: Any, use_model: bool) -> bool:
     """Cap the tokens of a chat request; maybe name the bundled model."""
-    if not isinstance(body, dict):
-        return False
-    body.pop("max_tokens", None)
-    tokens = body.get("max_completion_tokens")
-    if tokens is None or (type(tokens) is int and tokens > MAX_OUTPUT_TOKENS):
-        body["max_completion_tokens"] = MAX_OUTPUT_TOKENS
-    if use_model:
-        body["model"] = MODEL
-    return use_model
+    if isinstance(body, dict):
+        body.pop("max_tokens", None)
+    return cheapen_openai(body, use_model, "max_completion_tokens")
 
 
-def cheapen_completion(body: Any, use_model: bool) -> bool:
-    """Cap the tokens of a completion request; maybe name the bundled model."""
+def cheapen_openai(body: Any, use_model: bool, field: str = "max_tokens") -> bool:
+    """Cap the tokens (``field``) of an OpenAI request; maybe name the bundled model."""
     if not isinstance(body, dict):
         return False
-    tokens = body.get("max_tokens")
+    tokens = body.get(field)
     if tokens is None or (type(tokens) is int and tokens > MAX_OUTPUT_TOKENS):
-        body["max_tokens"] = MAX_OUTPUT_TOKENS
+        body[field] = MAX_OUTPUT_TOKENS
     if use_model:
         body["model"] = MODEL
     return use_model
@@ -491,7 +485,7 @@ class Fuzzer:
         elif case.method == "POST" and case.operation.path == "/chat/completions":
             self.model_calls[label] += cheapen_chat(case.body, use_model)
         elif case.method == "POST" and case.operation.path == "/completions":
-            self.model_calls[label] += cheapen_completion(case.body, use_model)
+            self.model_calls[label] += cheapen_openai(case.body, use_model)
         elif case.method == "POST" and isinstance(case.body, dict):  # POST /tasks
             self.model_calls[label] += cheapen(case.body.get("request"), use_model)
         parameters = case.path_parameters or {}

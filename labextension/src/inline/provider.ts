@@ -27,9 +27,14 @@ const AUTOMATIC = 1;
 /** How long the model listing is reused before it is asked for again, in ms. */
 const MODELS_TTL = 30_000;
 
-/** The provider's own settings (JupyterLab's inline completer adds `enabled`,
- * `debouncerDelay`, `timeout` and `autoFillInMiddle`). */
+/** The provider's settings: JupyterLab's inline completer's (`enabled`, `debouncerDelay`,
+ * `timeout`, `autoFillInMiddle`) and its own. */
 export interface IInlineSettings {
+  enabled: boolean;
+  /** Milliseconds without typing before a suggestion is asked for. */
+  debouncerDelay: number;
+  timeout: number;
+  autoFillInMiddle: boolean;
   /** The model to complete with; empty: a loaded FIM model, else the first loaded. */
   model: string;
   maxTokens: number;
@@ -40,6 +45,10 @@ export interface IInlineSettings {
 }
 
 export const DEFAULT_SETTINGS: IInlineSettings = {
+  enabled: true,
+  debouncerDelay: 200,
+  timeout: 30_000,
+  autoFillInMiddle: true,
   model: '',
   maxTokens: 64,
   contextTokens: 1500,
@@ -88,12 +97,7 @@ export class LmspInlineProvider implements IInlineCompletionProvider {
   constructor(trans: TranslationBundle) {
     this.name = trans.__('Local model (LMSP)');
     this.schema = {
-      default: {
-        debouncerDelay: 200,
-        timeout: 30_000,
-        autoFillInMiddle: true,
-        ...DEFAULT_SETTINGS
-      },
+      default: { ...DEFAULT_SETTINGS },
       properties: {
         model: {
           title: trans.__('Model'),
