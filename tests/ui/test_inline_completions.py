@@ -28,7 +28,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server = ui.start_lab(
         tmp_path_factory.mktemp("lab-inline"),
         lab_extension=True,
-        config={"ServerApp": {"log_level": "DEBUG"}},
+        config={"ServerApp": {"log_level": "DEBUG"}, "LmspApp": {"log_level": "DEBUG"}},
     )
     yield server
     stop_server(server)
@@ -164,9 +164,11 @@ def test_typing_on_aborts_the_request_in_flight(browser: Browser, lab: LiveServe
     log = Path(lab.root_dir).parent / "server.log"
     left_before = log.read_text().count("the client left")
     type_and_wait_for_ghost(notebook)
-    streaming = completions.sent[-1]
+    streaming = completions.sent[-1].url  # unique: ServerConnection adds a timestamp
     notebook.page.keyboard.type("#")
-    notebook.wait_until(lambda: streaming in completions.aborted, 30, "the request aborted")
+    notebook.wait_until(
+        lambda: streaming in [r.url for r in completions.aborted], 30, "the request aborted"
+    )
     eventually(
         lambda: log.read_text().count("the client left") > left_before,
         what="the service seeing the client leave",
