@@ -90,8 +90,8 @@ class Handler(BaseHTTPRequestHandler):
             chunk = {"object": "text_completion", "choices": [choice]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         usage = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
-        chunk = {"object": "text_completion", "choices": [], "usage": usage}
-        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        last = {"object": "text_completion", "choices": [], "usage": usage}
+        self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
