@@ -50,6 +50,8 @@ class ScriptedEngine(LoggingConfigurable):
         self.prompts: list[Sequence[generation.ChatMessage]] = []
         #: Every raw prompt rendered, in order.
         self.raw_prompts: list[generation.Prompt] = []
+        #: The prompt of every generation, in the order they started.
+        self.generated: list[generation.Prompt] = []
         self.generations = 0
 
     def script(self) -> tuple[Sequence[str], float, int | None]:
@@ -120,6 +122,7 @@ class ScriptedEngine(LoggingConfigurable):
     ) -> AsyncIterator[generation.GenerationEvent]:
         deltas, delay, fail_after = self.script()
         self.generations += 1
+        self.generated.append(prompt)
         count = 0
         for delta in deltas:
             await asyncio.sleep(delay)

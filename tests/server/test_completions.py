@@ -7,6 +7,7 @@ not, with a suffix with without, cut at a stop string with uncut), never with fi
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,12 @@ from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
 from lmsp_jupyter.engine.llama import LlamaTokenizer
 from tests.conftest import FIM_IDS, MODEL, READER_TOKEN, LiveServer
 from tests.helpers import eventually_async
-from tests.server.helpers import assert_problem, record_finishes, server_config
+from tests.server.helpers import (
+    assert_problem,
+    record_finishes,
+    scripted_engine,
+    server_config,
+)
 
 PROMPT = "def fibonacci(n):\n"
 
@@ -270,3 +276,23 @@ async def test_a_model_with_fim_tokens_fills_in_the_middle(
     del body["suffix"]
     continued = (await lmsp.post("/completions", json=body)).json()
     assert continued["usage"]["prompt_tokens"] == len(prefix_alone)
+
+
+@pytest.mark.script({"deltas": ["x"] * 400, "delay": 0.05, "slots": 1})
+async def test_a_completion_goes_before_the_answers_waiting_for_the_model(
+    lmsp: httpx.AsyncClient, jp_serverapp: Any
+) -> None:
+    request = {"model": MODEL, "input": "Tell a long story."}
+    running = (await lmsp.post("/tasks", json={"type": "response", "request": request})).json()
+    waiting = (await lmsp.post("/tasks", json={"type": "response", "request": request})).json()
+    assert waiting["queue_position"] == 1
+    completion = asyncio.ensure_future(lmsp.post("/completions", json=complete()))
+
+    async def behind_the_completion() -> bool:
+        return bool((await lmsp.get(f"/tasks/{waiting['id']}")).json()["queue_position"] == 2)
+
+    await eventually_async(behind_the_completion, interval=0.05, what="the completion ahead")
+    await lmsp.post(f"/tasks/{running['id']}/cancel")
+    assert (await completion).status_code == 200
+    order = [prompt.raw for prompt in scripted_engine(jp_serverapp).generated]
+    assert order[:2] == [False, True]  # the running answer, then the completion
