@@ -20,7 +20,7 @@ from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
-from tests.helpers import eventually
+from tests.helpers import eventually, eventually_async
 
 
 def ask(prompt: str = "Name a colour.", tokens: int = 8, **fields: Any) -> dict[str, Any]:
@@ -172,3 +172,16 @@ def record_finishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[StopReason, i
 
     monkeypatch.setattr(ModelWorker, "_finish", recording)
     return finished
+
+
+async def one_cancelled(finished: list[tuple[StopReason, int]], limit: int) -> None:
+    """Wait until a sequence of :func:`record_finishes` ended: the only one, cancelled before
+    its ``limit`` of tokens."""
+
+    async def ended() -> bool:
+        return bool(finished)
+
+    await eventually_async(ended, interval=0.1, what="the generation ended")
+    [(reason, generated)] = finished
+    assert reason == "cancelled"
+    assert generated < limit

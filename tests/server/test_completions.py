@@ -25,6 +25,7 @@ from tests.conftest import FIM_IDS, MODEL, READER_TOKEN, LiveServer
 from tests.helpers import eventually_async
 from tests.server.helpers import (
     assert_problem,
+    one_cancelled,
     record_finishes,
     scripted_engine,
     server_config,
@@ -244,14 +245,7 @@ async def test_a_client_that_leaves_mid_stream_frees_the_sequence(
             chunks += line.startswith("data: {")
             if chunks == 3:
                 break
-
-    async def generation_ended() -> bool:
-        return bool(finished)
-
-    await eventually_async(generation_ended, interval=0.1, what="the generation ended")
-    [(reason, generated)] = finished
-    assert reason == "cancelled"
-    assert generated < 4000
+    await one_cancelled(finished, 4000)
     after = await lmsp.post("/completions", json=complete(max_tokens=2))
     assert after.json()["usage"]["completion_tokens"] == 2
 
