@@ -23,20 +23,22 @@ interface IChangedSignal {
   disconnect(slot: (sender: unknown, change: ITextChange) => void): boolean;
 }
 
-/** Watch the active cell of `tracker`: a newline in it invokes the inline completer while
- * `settings()` say the provider is on and suggests as you type. */
+/** Watch the active cell of `tracker`: a newline typed in it (its editor has the focus: not
+ * a change made by code) invokes the inline completer while `settings()` say the provider is
+ * on and suggests as you type. */
 export function suggestOnNewLine(
   tracker: INotebookTracker,
   commands: CommandRegistry,
   settings: () => IInlineSettings
 ): void {
   let watched: IChangedSignal | null = null;
+  let typing: () => boolean = () => false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const changed = (sender: unknown, change: ITextChange): void => {
     clearTimeout(timer);
     const { enabled, trigger, debouncerDelay } = settings();
     const newline = change.sourceChange?.some(step => step.insert?.includes('\n')) ?? false;
-    if (newline && enabled && trigger === 'automatic') {
+    if (newline && enabled && trigger === 'automatic' && typing()) {
       timer = setTimeout(() => void commands.execute(INVOKE), debouncerDelay);
     }
   };
@@ -44,6 +46,7 @@ export function suggestOnNewLine(
     clearTimeout(timer);
     watched?.disconnect(changed);
     watched = (cell?.model.sharedModel.changed as unknown as IChangedSignal) ?? null;
+    typing = () => cell?.editor?.hasFocus() ?? false;
     watched?.connect(changed);
   });
 }
