@@ -4,13 +4,14 @@ with the same requests sent over plain HTTP (the bundled model, at temperature 0
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from lmsp_jupyter.client import AsyncLmspClient, LmspClient, ProblemError
-from lmsp_jupyter.client._wire import completion_model
+from lmsp_jupyter.client import AsyncLmspClient, LmspClient, ProblemError, ProtocolViolation
+from lmsp_jupyter.client._wire import CompletionReader, completion_model
 from lmsp_jupyter.protocol.completions import TextCompletion
 from lmsp_jupyter.protocol.models import Model
 from tests.conftest import MODEL, LiveServer
@@ -98,3 +99,28 @@ def test_the_default_model_is_a_loaded_fim_one_else_the_first_loaded_else_the_fi
 def test_a_wrong_token_is_a_problem_error(live_server: LiveServer) -> None:
     with LmspClient(live_server.lmsp, "wrong") as client, pytest.raises(ProblemError):
         client.complete(PROMPT, model=MODEL)
+
+
+def test_a_stream_reader_gives_chunks_until_done_and_raises_an_error_frame() -> None:
+    chunk = {
+        "id": "r",
+        "created": 1,
+        "model": MODEL,
+        "choices": [{"text": "a", "finish_reason": None}],
+    }
+    reader = CompletionReader()
+    first = reader.feed(f"data: {json.dumps(chunk)}\n\ndata: [DO".encode())
+    assert [c.choices[0].text for c in first] == ["a"] and not reader.done
+    assert reader.feed(b"NE]\n\n") == [] and reader.done
+    problem = {
+        "type": "about:blank",
+        "title": "Failed",
+        "status": 500,
+        "code": "generation_failed",
+        "detail": "the engine failed",
+    }
+    with pytest.raises(ProblemError) as info:
+        CompletionReader().feed(f"data: {json.dumps({'error': problem})}\n\n".encode())
+    assert info.value.problem.code == "generation_failed"
+    with pytest.raises(ProtocolViolation):
+        CompletionReader().feed(b'data: {"choices": 3}\n\n')
