@@ -50,6 +50,12 @@ class Completions:
         self.sent: list[Request] = []
         self.aborted: list[Request] = []
 
+    def aborted_urls(self, notebook: ui.Notebook) -> list[str]:
+        """The URLs of the requests aborted so far (the page's events reach Python only while
+        it waits on the page: it waits a moment first)."""
+        notebook.page.wait_for_timeout(50)
+        return [request.url for request in self.aborted]
+
     def watch(self, notebook: ui.Notebook) -> None:
         def sent(request: Request) -> None:
             if "/lmsp/v1/completions" in request.url:
@@ -162,16 +168,16 @@ def test_typing_on_aborts_the_request_in_flight(browser: Browser, lab: LiveServe
     configure(lab, maxTokens=2000)
     notebook, completions = open_cell(browser, lab, "abort.ipynb")
     log = Path(lab.root_dir).parent / "server.log"
-    left_before = log.read_text().count("the client left")
-    type_and_wait_for_ghost(notebook)
+    type_and_wait_for_ghost(notebook)  # its request streams: 2000 tokens take a while
     streaming = completions.sent[-1].url  # unique: ServerConnection adds a timestamp
+    left = log.read_text().count("the client left")  # the requests before it left long ago
     notebook.page.keyboard.type("#")
     notebook.wait_until(
-        lambda: streaming in [r.url for r in completions.aborted], 30, "the request aborted"
+        lambda: streaming in completions.aborted_urls(notebook), 30, "the request aborted"
     )
     eventually(
-        lambda: log.read_text().count("the client left") > left_before,
-        what="the service seeing the client leave",
+        lambda: log.read_text().count("the client left") > left,
+        what="the service seeing the streaming request's client leave",
     )
 
 
