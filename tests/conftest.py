@@ -44,6 +44,22 @@ def bundled_model_path() -> Path:
     return ModelCatalog().get(BUNDLED_MODEL_ID).path()
 
 
+#: The FIM tokens the copy of the bundled model at ``fim_model_path`` names: three of its
+#: ``<unusedN>`` tokens, so that llama.cpp loads and runs it as the bundled model.
+FIM_IDS = (6, 7, 8)
+
+
+@pytest.fixture(scope="session")
+def fim_model_path(tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path) -> Path:
+    """The bundled model with fill-in-the-middle tokens in its GGUF metadata, alone in a
+    directory (``fim/model.gguf``, listed as ``model`` from a ``model_dirs`` entry there)."""
+    from lmsp_jupyter.engine.fim import FIM_KEYS
+    from tests.engine.gguf_files import with_metadata
+
+    target = tmp_path_factory.mktemp("fim") / "model.gguf"
+    return with_metadata(bundled_model_path, target, dict(zip(FIM_KEYS, FIM_IDS, strict=True)))
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket() as sock:

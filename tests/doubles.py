@@ -11,6 +11,7 @@ from traitlets.config import LoggingConfigurable
 
 from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelEntry
+from lmsp_jupyter.engine.fim import raw_prompt_tokens
 from lmsp_jupyter.engine.scheduler import EngineSettings
 
 
@@ -50,6 +51,10 @@ class ScriptedEngine(LoggingConfigurable):
         super().__init__(**kwargs)
         #: The messages of every prompt rendered, in order.
         self.prompts: list[Sequence[generation.ChatMessage]] = []
+        #: Every raw prompt rendered, in order.
+        self.raw_prompts: list[generation.Prompt] = []
+        #: The prompt of every generation, in the order they started.
+        self.generated: list[generation.Prompt] = []
         self.generations = 0
 
     def script(self) -> tuple[Sequence[str], float, int | None]:
@@ -100,6 +105,21 @@ class ScriptedEngine(LoggingConfigurable):
         text = "\n".join(m.content for m in messages)
         return generation.Prompt(text=text, tokens=list(range(len(text.split()) + 1)))
 
+    async def render_text(
+        self, entry: ModelEntry, text: str, suffix: str | None = None
+    ) -> generation.Prompt:
+        """A raw prompt, a token a word, assembled as the real engine's (:mod:`.fim`)."""
+        if self.render_error is not None:
+            raise self.render_error
+
+        def words(part: str) -> list[int]:
+            return list(range(len(part.split())))
+
+        tokens = raw_prompt_tokens(words, text, suffix, bos=None, fim=entry.fim)
+        prompt = generation.Prompt(text=text, tokens=tokens, raw=True, suffix=suffix)
+        self.raw_prompts.append(prompt)
+        return prompt
+
     async def generate(
         self,
         entry: ModelEntry,
@@ -109,6 +129,7 @@ class ScriptedEngine(LoggingConfigurable):
     ) -> AsyncIterator[generation.GenerationEvent]:
         deltas, delay, fail_after = self.script()
         self.generations += 1
+        self.generated.append(prompt)
         count = 0
         for delta in deltas:
             await asyncio.sleep(delay)

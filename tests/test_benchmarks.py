@@ -21,6 +21,11 @@ SIDES_HEADER = "side tokens tok/s e2e tok/s decode TTFT ms"
 #: name: (tiny arguments, table headers (the words of a whole line), starts of other lines)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "constrained": ("--tokens 4 --rounds 1", [], ["unconstrained ", "constrained ", "ratio "]),
+    "inline": (
+        "--lines 2 --cps 30 --max-tokens 4 --ask-tokens 8",
+        ["requests aborted first p50 first p95 done p50 done p95 cached"],
+        ["typing 2 lines at 30 chars/s", "typing alone ", "beside an ask ", "ask of 8 tokens: "],
+    ),
     "stream_overhead": (
         "--tokens 4 --rounds 1 --max-background 100",
         [SIDES_HEADER],

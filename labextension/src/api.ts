@@ -31,6 +31,11 @@ export function sessionFetch(url: string, init: RequestInit = {}): Promise<globa
   return ServerConnection.makeRequest(url, init, settings);
 }
 
+/** `lmsp/v1/completions`: OpenAI's Completions, where inline completions come from. */
+export function completionsUrl(): string {
+  return lmspUrl('completions');
+}
+
 /** `lmsp/v1/tasks/{id}/events`, without a query: where a follower reads a task's events. */
 export function taskEventsUrl(taskId: string): string {
   return lmspUrl('tasks', taskId, 'events');

@@ -5,6 +5,7 @@ import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/applica
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ITranslator } from '@jupyterlab/translation';
 
+import { inlinePlugin } from './inline/plugin';
 import { KernelMessenger } from './kernel';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() registers the renderer factory, whose createRenderer returns the renderer synchronously
 import { taskRendererFactory } from './mime';
@@ -35,7 +36,8 @@ const plugins: JupyterFrontEndPlugin<any>[] = [
   mimePlugin,
   restorePlugin,
   panelPlugin,
-  statusPlugin
+  statusPlugin,
+  inlinePlugin
 ];
 
 export default plugins;

@@ -6,16 +6,18 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Literal, Self, TypeVar, overload
 
 import httpx
 
+from ..protocol.completions import TextCompletion
 from ..protocol.events import ResponseEvent
 from ..protocol.models import Model, ServiceDocument
 from ..protocol.responses import Response
 from ..protocol.tasks import Task, TaskRequest
 from . import _wire
 from ._discovery import discover
+from ._errors import ProtocolViolation
 from ._follow import RECONNECT_ATTEMPTS, EventFollower, follow_response, follow_task
 from ._wire import Call, RequestLike
 
@@ -94,6 +96,47 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
         """A response stored with ``store: true``."""
         return self._call(_wire.get_response(response_id))
 
+    @overload
+    def complete(
+        self,
+        prompt: str,
+        *,
+        suffix: str | None = ...,
+        model: str | None = ...,
+        stream: Literal[False] = ...,
+        **options: Any,
+    ) -> TextCompletion: ...
+
+    @overload
+    def complete(
+        self,
+        prompt: str,
+        *,
+        suffix: str | None = ...,
+        model: str | None = ...,
+        stream: Literal[True],
+        **options: Any,
+    ) -> Iterator[TextCompletion]: ...
+
+    def complete(
+        self,
+        prompt: str,
+        *,
+        suffix: str | None = None,
+        model: str | None = None,
+        stream: bool = False,
+        **options: Any,
+    ) -> TextCompletion | Iterator[TextCompletion]:
+        """Continue ``prompt`` (OpenAI's Completions), or fill in the gap before ``suffix``
+        where the model can; the ``text_completion``, or with ``stream`` its chunks as they
+        come. ``options`` are the request's other fields (``max_tokens``, ``temperature``,
+        ``stop``, ...). Without a ``model``, one that fills in the middle is preferred."""
+        model = model or _wire.completion_model(self.models())
+        body = _wire.completion_body(prompt, suffix, model, options)
+        if not stream:
+            return self._call(_wire.create_completion(body))
+        return self._chunks(_wire.stream_completion(body))
+
     def create_task(
         self, request: TaskRequest | RequestLike, *, idempotency_key: str | None = None
     ) -> Task:
@@ -143,6 +186,21 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
             raise _wire.unreachable(self._base_url, error) from error
         return _wire.read_reply(reply, call.read)
 
+    def _chunks(self, call: Call[None]) -> Iterator[TextCompletion]:
+        try:
+            with self._http.stream(call.method, call.path, json=call.body) as reply:
+                if reply.is_error:
+                    reply.read()
+                    raise _wire.problem_error(reply)
+                reader = _wire.CompletionReader()
+                for data in reply.iter_bytes():
+                    yield from reader.feed(data)
+                    if reader.done:
+                        return
+        except httpx.TransportError as error:
+            raise _wire.unreachable(self._base_url, error) from error
+        raise ProtocolViolation("the completion stream ended before [DONE]")
+
     def _follow(self, follower: EventFollower) -> Iterator[ResponseEvent]:
         while True:
             call = follower.next_request()
@@ -187,6 +245,45 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
     async def get_response(self, response_id: str) -> Response:
         """A response stored with ``store: true``."""
         return await self._call(_wire.get_response(response_id))
+
+    @overload
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        suffix: str | None = ...,
+        model: str | None = ...,
+        stream: Literal[False] = ...,
+        **options: Any,
+    ) -> TextCompletion: ...
+
+    @overload
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        suffix: str | None = ...,
+        model: str | None = ...,
+        stream: Literal[True],
+        **options: Any,
+    ) -> AsyncIterator[TextCompletion]: ...
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        suffix: str | None = None,
+        model: str | None = None,
+        stream: bool = False,
+        **options: Any,
+    ) -> TextCompletion | AsyncIterator[TextCompletion]:
+        """:meth:`LmspClient.complete`: ``await client.complete(...)``, or with ``stream``
+        ``async for chunk in await client.complete(..., stream=True)``."""
+        model = model or _wire.completion_model(await self.models())
+        body = _wire.completion_body(prompt, suffix, model, options)
+        if not stream:
+            return await self._call(_wire.create_completion(body))
+        return self._chunks(_wire.stream_completion(body))
 
     async def create_task(
         self, request: TaskRequest | RequestLike, *, idempotency_key: str | None = None
@@ -238,6 +335,22 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
         except httpx.TransportError as error:
             raise _wire.unreachable(self._base_url, error) from error
         return _wire.read_reply(reply, call.read)
+
+    async def _chunks(self, call: Call[None]) -> AsyncIterator[TextCompletion]:
+        try:
+            async with self._http.stream(call.method, call.path, json=call.body) as reply:
+                if reply.is_error:
+                    await reply.aread()
+                    raise _wire.problem_error(reply)
+                reader = _wire.CompletionReader()
+                async for data in reply.aiter_bytes():
+                    for chunk in reader.feed(data):
+                        yield chunk
+                    if reader.done:
+                        return
+        except httpx.TransportError as error:
+            raise _wire.unreachable(self._base_url, error) from error
+        raise ProtocolViolation("the completion stream ended before [DONE]")
 
     async def _follow(self, follower: EventFollower) -> AsyncIterator[ResponseEvent]:
         while True:

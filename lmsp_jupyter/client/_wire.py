@@ -5,6 +5,7 @@ The two client classes only do I/O; deciding what to send and what came back is 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -13,12 +14,14 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from ..protocol.completions import TextCompletion
 from ..protocol.errors import Problem
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
 from ..protocol.requests import ResponseRequest
 from ..protocol.responses import Response
 from ..protocol.tasks import Task, TaskList, TaskRequest
 from ._errors import ProblemError, ProtocolViolation, ServiceUnreachable
+from ._sse import SseParser
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -93,6 +96,73 @@ def list_tasks() -> Call[list[Task]]:
 def cancel_task(task_id: str) -> Call[Task]:
     """``POST /tasks/{id}/cancel``."""
     return Call("POST", f"tasks/{segment(task_id)}/cancel", _model(Task))
+
+
+def create_completion(body: dict[str, Any]) -> Call[TextCompletion]:
+    """``POST /completions`` answered at once."""
+    return Call("POST", "completions", _model(TextCompletion), body={**body, "stream": False})
+
+
+def stream_completion(body: dict[str, Any]) -> Call[None]:
+    """``POST /completions`` streamed: its chunks are read by :func:`completion_chunk`."""
+    return Call("POST", "completions", no_body, body={**body, "stream": True})
+
+
+def completion_body(
+    prompt: str, suffix: str | None, model: str, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The JSON body of a completion request; ``options`` left ``None`` are not sent."""
+    body = {"model": model, "prompt": prompt, "suffix": suffix, **options}
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def completion_model(models: list[Model]) -> str:
+    """The model a completion uses when none is named: a loaded one that fills in the middle,
+    else the first loaded, else the first listed (as the lab extension's completer picks)."""
+    if not models:
+        raise ProtocolViolation("the service lists no model to complete with")
+
+    def rank(model: Model) -> tuple[bool, bool]:
+        loaded = model.status == "loaded"
+        return not (loaded and "fim" in model.capabilities), not loaded
+
+    return min(models, key=rank).id
+
+
+class CompletionReader:
+    """The chunks of a completion stream, read from its bytes as they come."""
+
+    def __init__(self) -> None:
+        self._parser = SseParser()
+        #: Whether ``[DONE]`` came: nothing follows.
+        self.done = False
+
+    def feed(self, data: bytes) -> list[TextCompletion]:
+        """The chunks ``data`` completes."""
+        chunks: list[TextCompletion] = []
+        for message in self._parser.feed(data):
+            chunk = completion_chunk(message.data)
+            if chunk is None:
+                self.done = True
+                break
+            chunks.append(chunk)
+        return chunks
+
+
+def completion_chunk(data: str) -> TextCompletion | None:
+    """One ``data`` frame of a completion stream: a chunk, ``None`` for ``[DONE]``; an error
+    frame raises its problem."""
+    if data == "[DONE]":
+        return None
+    try:
+        frame = json.loads(data)
+        error = frame.get("error") if isinstance(frame, dict) and len(frame) == 1 else None
+        if error is None:
+            return TextCompletion.model_validate(frame)
+        problem = Problem.model_validate(error)
+    except ValueError as exc:  # pydantic's ValidationError too
+        raise ProtocolViolation(f"not a completion chunk: {exc}") from None
+    raise ProblemError(problem)
 
 
 def response_body(request: RequestLike, *, stream: bool) -> dict[str, Any]:

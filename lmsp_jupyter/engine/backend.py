@@ -90,6 +90,12 @@ class GenerationBackend(Protocol):
         raises ``GrammarError``."""
         ...
 
+    async def render_text(self, entry: ModelEntry, text: str, suffix: str | None = None) -> Prompt:
+        """The prompt that continues ``text`` as it is, through no chat template (a ``raw``
+        prompt); with a ``suffix``, one that fills the gap between them where the model can
+        (:mod:`.fim`), else ``text`` alone."""
+        ...
+
     def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
     ) -> AsyncIterator[GenerationEvent]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO
 
+from lmsp_jupyter.engine.fim import FimTokens, fim_tokens
 from lmsp_jupyter.engine.gguf import GgufError, GgufMetadata, read_gguf_metadata
 from lmsp_jupyter.engine.memory import kv_bytes_per_token
 from lmsp_jupyter.protocol.errors import LmspError
@@ -86,6 +87,8 @@ class ModelEntry:
     capabilities: tuple[ModelCapability, ...] | None = field(default=None, kw_only=True)
     #: Whether its engine answers (a remote server may not).
     available: bool = field(default=True, kw_only=True)
+    #: Its fill-in-the-middle tokens, when its GGUF names them (:mod:`.fim`).
+    fim: FimTokens | None = field(default=None, compare=False, kw_only=True)
 
     def path(self) -> Path:
         """The GGUF file to load (the first shard of a split model).
@@ -232,6 +235,7 @@ class ModelCatalog:
             weights_bytes=metadata.tensor_bytes or size_bytes,
             kv_bytes_per_token=kv_bytes_per_token(metadata.architecture, metadata.values),
             location=found.location,
+            fim=fim_tokens(metadata.values),
         )
         return entry, (stats[0].st_dev, stats[0].st_ino)
 

@@ -65,6 +65,11 @@ class Prompt:
     counter: Callable[[], Awaitable[tuple[int, bool]]] | None = field(
         default=None, repr=False, compare=False
     )
+    #: A raw text continued as it is, through no chat template (``render_text``).
+    raw: bool = False
+    #: The text after the gap of a raw fill-in-the-middle prompt, for an engine that assembles
+    #: it elsewhere (a remote server); a local one has it in ``tokens`` already.
+    suffix: str | None = field(default=None, repr=False)
 
     @property
     def length(self) -> int:

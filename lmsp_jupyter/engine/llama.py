@@ -129,6 +129,13 @@ class LlamaTokenizer:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.bos_token = self._token_text(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token = self._token_text(llama_cpp.llama_vocab_eos(self._vocab))
+        #: The token a raw text starts with, when the model wants one (chat templates write it).
+        self.bos: int | None = (
+            llama_cpp.llama_vocab_bos(self._vocab)
+            if llama_cpp.llama_vocab_get_add_bos(self._vocab)
+            and llama_cpp.llama_vocab_bos(self._vocab) >= 0
+            else None
+        )
         self._schemas: SchemaCompiler | None = None
 
     def _token_text(self, token: int) -> str:

@@ -206,11 +206,7 @@ class RemoteEngine:
         A server that is down (or never asked) is asked first: if it still does not answer,
         ``EngineUnavailable``; if it answers without the model, ``model_not_found``.
         """
-        if not self.reachable:
-            await self.refresh()
-            if not self.reachable:
-                raise EngineUnavailable(f"remote server {self.server.name!r} does not answer")
-            self.get(entry.id)
+        await self._answering(entry)
         messages, tools = tuple(messages), tuple(tools)
 
         async def counter() -> tuple[int, bool]:
@@ -224,6 +220,21 @@ class RemoteEngine:
             bound=bound(messages, tools),
             counter=counter,
         )
+
+    async def render_text(self, entry: ModelEntry, text: str, suffix: str | None = None) -> Prompt:
+        """The text (and suffix) to send to the server's Completions, which fills in the
+        middle itself where its model can; its tokens are bounded by its bytes."""
+        await self._answering(entry)
+        size = len(text.encode()) + len((suffix or "").encode())
+        return Prompt(text=text, tokens=[], raw=True, suffix=suffix, bound=size + 1)
+
+    async def _answering(self, entry: ModelEntry) -> None:
+        """Ask a server that is down (or never asked) again, before a prompt is made for it."""
+        if not self.reachable:
+            await self.refresh()
+            if not self.reachable:
+                raise EngineUnavailable(f"remote server {self.server.name!r} does not answer")
+            self.get(entry.id)
 
     async def _count(
         self, remote_id: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
@@ -244,7 +255,8 @@ class RemoteEngine:
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
     ) -> AsyncIterator[GenerationEvent]:
-        """Stream one Chat Completion; the last event is a ``GenerationDone``.
+        """Stream one Chat Completion (a Completion for a raw prompt); the last event is a
+        ``GenerationDone``.
 
         Closing the iterator, or ``cancel``, closes the upstream request: vLLM, llama-server
         and llama-cpp-python's server stop generating when their client goes away.
@@ -253,8 +265,9 @@ class RemoteEngine:
         attempt = 0
         while True:
             body = self._body(remote_id, entry, prompt, params)
+            path = "completions" if prompt.raw else "chat/completions"
             try:
-                async with self._http().stream("POST", "chat/completions", json=body) as response:
+                async with self._http().stream("POST", path, json=body) as response:
                     if response.status_code >= 400:
                         await response.aread()
                         if self._refused_schema_form(response, params):
@@ -270,7 +283,7 @@ class RemoteEngine:
                     async for event in chunks.events():
                         if isinstance(event, GenerationDone) and chunks.unreported(event):
                             event = replace(
-                                event, prompt_tokens=await self._prompt_tokens(body, prompt)
+                                event, prompt_tokens=await self._prompt_tokens(path, body, prompt)
                             )
                         yield event
                     return
@@ -289,7 +302,7 @@ class RemoteEngine:
                 await asyncio.sleep(RETRY_DELAYS[attempt])
                 attempt += 1
 
-    async def _prompt_tokens(self, body: dict[str, Any], prompt: Prompt) -> int:
+    async def _prompt_tokens(self, path: str, body: dict[str, Any], prompt: Prompt) -> int:
         """The prompt tokens of a streamed request whose server reported no usage
         (llama-cpp-python's server streams none): the ``usage`` of the same request, not
         streamed and cut at one token, where the server counts the prompt it rendered; if
@@ -297,7 +310,7 @@ class RemoteEngine:
         once = {key: value for key, value in body.items() if key != "stream_options"}
         once.update(stream=False, max_tokens=1)
         try:
-            response = await self._http().post("chat/completions", json=once)
+            response = await self._http().post(path, json=once)
             response.raise_for_status()
             return int(response.json()["usage"]["prompt_tokens"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
@@ -306,18 +319,22 @@ class RemoteEngine:
                 self.server.name,
                 describe(exc),
             )
+        if prompt.raw:
+            return prompt.length
         tokens, _ = await self._count(body["model"], prompt.messages, prompt.tools)
         return tokens
 
     def _body(
         self, remote_id: str, entry: ModelEntry, prompt: Prompt, params: SamplingParams
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": remote_id,
-            "messages": [wire_message(message) for message in prompt.messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"model": remote_id}
+        if prompt.raw:
+            body["prompt"] = prompt.text
+            if prompt.suffix is not None:
+                body["suffix"] = prompt.suffix
+        else:
+            body["messages"] = [wire_message(message) for message in prompt.messages]
+        body.update(stream=True, stream_options={"include_usage": True})
         if params.max_tokens < self.context_length(entry):  # else: up to the server's window
             body["max_tokens"] = params.max_tokens
         sampling = {

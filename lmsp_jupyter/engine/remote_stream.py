@@ -1,5 +1,5 @@
-"""The streamed answer of an OpenAI-compatible server: its Chat Completion chunks read as
-generation events, and its errors put into words."""
+"""The streamed answer of an OpenAI-compatible server: its Chat Completion (or Completion)
+chunks read as generation events, and its errors put into words."""
 
 from __future__ import annotations
 
@@ -116,9 +116,10 @@ class ChunkStream:
             if isinstance(reasoning, str) and reasoning:
                 self.deltas += 1
                 events.append(ReasoningDelta(reasoning))
-            if delta.get("content"):
+            content = delta.get("content") or choice.get("text")  # a Completion's chunk: text
+            if isinstance(content, str) and content:
                 self.deltas += 1
-                events.append(TextDelta(delta["content"]))
+                events.append(TextDelta(content))
             for call in delta.get("tool_calls") or []:
                 function = call.get("function") or {}
                 events.append(

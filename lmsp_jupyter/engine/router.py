@@ -118,6 +118,10 @@ class EngineRouter:
         """The prompt of ``entry``'s engine."""
         return await self._engine(entry).render(entry, messages, tools, schema)
 
+    async def render_text(self, entry: ModelEntry, text: str, suffix: str | None = None) -> Prompt:
+        """The raw prompt of ``entry``'s engine."""
+        return await self._engine(entry).render_text(entry, text, suffix)
+
     def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken
     ) -> AsyncIterator[GenerationEvent]:

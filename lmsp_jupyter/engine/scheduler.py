@@ -21,6 +21,7 @@ from traitlets.config import LoggingConfigurable
 from .backend import Messages, OutputSchema, Tools
 from .batching import ModelWorker
 from .catalog import ModelEntry
+from .fim import raw_prompt_tokens
 from .generation import (
     CancelToken,
     ChatMessage,
@@ -76,6 +77,14 @@ class _Tokenizing:
             tokenizer.schemas.matcher(schema)
         text = template.render(messages, tools)
         return Prompt(text=text, tokens=tokenizer.tokenize(text))
+
+    def render_text(self, text: str, suffix: str | None) -> Prompt:
+        """A raw prompt, filling in the middle where the model can; on the tokenizer thread."""
+        tokenizer = self._tokenizer()[1]
+        tokens = raw_prompt_tokens(
+            tokenizer.tokenize, text, suffix, bos=tokenizer.bos, fim=self.entry.fim
+        )
+        return Prompt(text=text, tokens=tokens, raw=True, suffix=suffix)
 
     def matcher(self, schema: Any) -> SchemaMatcher:
         """A sequence's matcher of ``schema``; runs on the tokenizer thread."""
@@ -203,6 +212,12 @@ class Engine(LoggingConfigurable):
         return await loop.run_in_executor(
             tokenizing.executor, tokenizing.render, messages, tools, schema
         )
+
+    async def render_text(self, entry: ModelEntry, text: str, suffix: str | None = None) -> Prompt:
+        """The tokens that continue ``text`` (or fill in the middle before ``suffix``)."""
+        tokenizing = self._tokenizing(entry)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(tokenizing.executor, tokenizing.render_text, text, suffix)
 
     async def generate(
         self, entry: ModelEntry, prompt: Prompt, params: SamplingParams, cancel: CancelToken

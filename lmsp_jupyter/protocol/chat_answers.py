@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
@@ -216,16 +217,33 @@ class ChunkTranslator:
         if isinstance(data, FunctionCallArgumentsDelta):
             call = {"index": self._calls[data.item_id], "function": {"arguments": data.delta}}
             return [self._chunk(ChunkDelta(tool_calls=[call]))]
-        if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
-            reason = _finish_reason(data.status, bool(self._calls))
-            chunks: list[ChatStreamFrame] = [self._chunk(ChunkDelta(), reason)]
-            usage = getattr(data, "usage", None)
-            if self.include_usage and usage is not None:
-                chunks.append(self._chunk(None, usage=usage))
-            return [*chunks, ChatStreamDone()]
-        if isinstance(data, ResponseFailed | StreamError):
-            return [
-                ChatStreamError(error=data.error.model_dump(exclude_none=True)),
-                ChatStreamDone(),
-            ]
-        return []
+        return closing_frames(
+            data,
+            lambda status: self._chunk(ChunkDelta(), _finish_reason(status, bool(self._calls))),
+            lambda usage: self._chunk(None, usage=usage),
+            include_usage=self.include_usage,
+        )
+
+
+Frame = TypeVar("Frame", bound=BaseModel)
+
+
+def closing_frames(
+    data: EventData,
+    last: Callable[[str], Frame],
+    usage_only: Callable[[Usage], Frame],
+    *,
+    include_usage: bool,
+) -> list[Frame | ChatStreamError | ChatStreamDone]:
+    """The frames an OpenAI-style stream ends with at ``data``: the ``last`` chunk (given the
+    final status), the usage alone if asked for, and ``[DONE]``; an error and ``[DONE]`` for a
+    failure; none for an event that does not end it."""
+    if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
+        frames: list[Frame | ChatStreamError | ChatStreamDone] = [last(data.status)]
+        usage = getattr(data, "usage", None)
+        if include_usage and usage is not None:
+            frames.append(usage_only(usage))
+        return [*frames, ChatStreamDone()]
+    if isinstance(data, ResponseFailed | StreamError):
+        return [ChatStreamError(error=data.error.model_dump(exclude_none=True)), ChatStreamDone()]
+    return []

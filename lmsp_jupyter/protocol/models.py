@@ -9,7 +9,10 @@ from pydantic import BaseModel, Field, model_serializer
 Capability = Literal[
     "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
 ]
-ModelCapability = Literal["streaming", "tools", "structured_output", "conversations", "reasoning"]
+#: ``fim``: fills in the middle of a Completions request's ``prompt`` and ``suffix`` (11.5).
+ModelCapability = Literal[
+    "streaming", "tools", "structured_output", "conversations", "reasoning", "fim"
+]
 Scope = Literal[
     "models:read",
     "models:write",

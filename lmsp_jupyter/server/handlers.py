@@ -18,6 +18,7 @@ from .openapi import OpenApiHandler
 from .operations import Operation, json_reply, ref
 from .response_handlers import (
     ChatCompletionsHandler,
+    CompletionsHandler,
     ResponseCancelHandler,
     ResponseHandler,
     ResponsesHandler,
@@ -137,6 +138,7 @@ default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/responses/([^/]+)", ResponseHandler),
     (r"/lmsp/v1/responses/([^/]+)/cancel", ResponseCancelHandler),
     (r"/lmsp/v1/chat/completions/?", ChatCompletionsHandler),
+    (r"/lmsp/v1/completions/?", CompletionsHandler),
     (r"/lmsp/v1/tasks/?", TasksHandler),
     (r"/lmsp/v1/tasks/([^/]+)", TaskHandler),
     (r"/lmsp/v1/tasks/([^/]+)/cancel", TaskCancelHandler),

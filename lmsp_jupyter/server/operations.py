@@ -104,27 +104,42 @@ SSE_DESCRIPTION = (
     "stream sends `: keep-alive` comment lines."
 )
 
-#: A chat completion, or its chunks as SSE of ``data`` alone.
-CHAT_REPLY = {
-    "description": "With `stream: false` a `chat.completion`; with `stream: true` "
-    "server-sent events of `data` alone: `chat.completion.chunk` objects (the last, "
-    "with `stream_options.include_usage`, has no choices and the usage), or "
-    '`{"error": <problem>}`, then `data: [DONE]`.',
-    "headers": header_refs("Idempotent-Replayed", "Cache-Control"),
-    "content": {
-        "application/json": {"schema": ref("ChatCompletion")},
-        "text/event-stream": {
-            "schema": {
-                "type": "object",
-                "required": ["data"],
-                "properties": {
-                    "data": {
-                        "type": "string",
-                        "description": "A `ChatCompletionChunk` as JSON, "
-                        '`{"error": <problem>}` or `[DONE]`.',
-                    }
-                },
-            }
+
+def data_events_reply(description: str, json_schema: str, data: str) -> dict[str, Any]:
+    """A reply of ``json_schema`` as JSON, or as OpenAI streams it: SSE of ``data`` alone
+    (``data`` says what each is), ending with ``data: [DONE]``."""
+    return {
+        "description": description,
+        "headers": header_refs("Idempotent-Replayed", "Cache-Control"),
+        "content": {
+            "application/json": {"schema": ref(json_schema)},
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {"data": {"type": "string", "description": data}},
+                }
+            },
         },
-    },
-}
+    }
+
+
+#: A chat completion, or its chunks as SSE of ``data`` alone.
+CHAT_REPLY = data_events_reply(
+    "With `stream: false` a `chat.completion`; with `stream: true` server-sent events of "
+    "`data` alone: `chat.completion.chunk` objects (the last, with "
+    '`stream_options.include_usage`, has no choices and the usage), or `{"error": <problem>}`, '
+    "then `data: [DONE]`.",
+    "ChatCompletion",
+    'A `ChatCompletionChunk` as JSON, `{"error": <problem>}` or `[DONE]`.',
+)
+
+#: A text completion, or its chunks as SSE of ``data`` alone.
+COMPLETION_REPLY = data_events_reply(
+    "With `stream: false` a `text_completion`; with `stream: true` server-sent events of "
+    "`data` alone: `text_completion` chunks, each with the text it adds (the last, with "
+    '`stream_options.include_usage`, has no choices and the usage), or `{"error": <problem>}`, '
+    "then `data: [DONE]`.",
+    "TextCompletion",
+    'A `TextCompletion` chunk as JSON, `{"error": <problem>}` or `[DONE]`.',
+)

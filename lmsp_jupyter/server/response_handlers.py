@@ -8,6 +8,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from ..protocol.chat import ChatCompletionRequest, as_response_request, chat_param
 from ..protocol.chat_answers import ChunkTranslator, chat_completion
+from ..protocol.completions import (
+    CompletionChunks,
+    CompletionRequest,
+    completion_param,
+    text_completion,
+)
+from ..protocol.completions import as_response_request as completion_as_response_request
 from ..protocol.errors import LmspError
 from ..protocol.events import ResponseEvent
 from ..protocol.requests import ResponseRequest, parse_response_request, validate_request
@@ -16,7 +23,15 @@ from ..protocol.tasks import Task
 from ..service.idempotency import Answer, Claim
 from ..service.run import ResponseRun
 from .base import LmspHandler, non_negative_integer
-from .operations import CHAT_REPLY, CREATE_ERRORS, Operation, events_reply, json_reply, ref
+from .operations import (
+    CHAT_REPLY,
+    COMPLETION_REPLY,
+    CREATE_ERRORS,
+    Operation,
+    events_reply,
+    json_reply,
+    ref,
+)
 from .sse import EventStream, SseEvent, StreamingHandler, sse_frame
 
 #: The ends of a stream that its key answers again (the others free the key).
@@ -55,6 +70,8 @@ class _CreatingHandler(StreamingHandler):
         stream as sent is the answer its key keeps."""
         stream = self.event_stream(kept=claim is not None)
         await stream.send(self._kept(run, stream, claim, render, head))
+        if run.status == "in_progress":
+            self.log.debug("response %s: the client left; its generation stopped", run.id)
         self.finish()
         if claim is None or run.status not in _ANSWERED:
             return None  # no key, the client left, or generation failed: nothing to answer again
@@ -174,6 +191,42 @@ class ChatCompletionsHandler(_CreatingHandler):
         include_usage = chat.stream_options is not None and chat.stream_options.include_usage
         translator = ChunkTranslator(run.response(), include_usage=include_usage)
         return await self._stream_answer(run, claim, translator.feed, [translator.first()])
+
+
+class CompletionsHandler(_CreatingHandler):
+    """``POST /lmsp/v1/completions``: OpenAI's Completions on the same service (11.5), each
+    before the answers waiting for its model (editors send them as the user types)."""
+
+    operations = {
+        "post": Operation(
+            "createCompletion",
+            "OpenAI's Completions: continue a text, or fill in the middle before a suffix",
+            "responses",
+            {"200": COMPLETION_REPLY},
+            scope="responses:write",
+            errors=CREATE_ERRORS,
+            parameters=("Idempotency-Key",),
+            body="CompletionRequest",
+        )
+    }
+
+    async def _respond(self, claim: Claim | None) -> Answer:
+        completion = validate_request(CompletionRequest, self.json_body())
+        try:
+            request = completion_as_response_request(completion)
+            run = await self.service.start_text(
+                request, completion.text, completion.suffix, self.principal.owner, priority=True
+            )
+        except LmspError as error:  # name the field as the completion request calls it
+            error.param = completion_param(error.param)
+            raise
+        if not completion.stream:
+            return 200, text_completion(await self.service.complete(run)).model_dump_json()
+        options = completion.stream_options
+        chunks = CompletionChunks(
+            run.response(), include_usage=bool(options and options.include_usage)
+        )
+        return await self._stream_answer(run, claim, chunks.feed)
 
 
 class ResponseHandler(StreamingHandler):

@@ -16,6 +16,7 @@ from ..protocol.chat_answers import (
     ChatStreamError,
     ChatStreamFrame,
 )
+from ..protocol.completions import TextCompletion
 from ..protocol.events import ResponseEvent
 from ..service.channel import Interrupted
 from ..service.store import StoredEvent
@@ -30,18 +31,22 @@ SLOW_CLIENT_SECONDS = 30.0
 
 
 #: Anything that can be sent as one server-sent event.
-SseEvent = ResponseEvent | StoredEvent | Interrupted | ChatStreamFrame
+SseEvent = ResponseEvent | StoredEvent | Interrupted | ChatStreamFrame | TextCompletion
 
 
 def sse_frame(event: SseEvent) -> bytes:
     """``event`` as SSE bytes: ``id``, ``event`` and one line of JSON ``data`` for LMSP events;
-    ``data`` alone for Chat Completions' frames, as OpenAI's clients read them."""
+    ``data`` alone for (Chat) Completions' frames, as OpenAI's clients read them."""
     if isinstance(event, ResponseEvent):
         return _frame(event.id, event.event, event.data_json())
     if isinstance(event, StoredEvent):
         return _frame(event.id, event.event, event.data)
     if isinstance(event, Interrupted):
         return _frame(event.last_id, "error", event.data.model_dump_json())
+    if isinstance(event, TextCompletion):  # as OpenAI's: ``finish_reason: null`` until the end
+        return _frame(
+            None, None, event.model_dump_json(exclude={"usage"} if not event.usage else None)
+        )
     if isinstance(event, ChatCompletionChunk):
         return _frame(None, None, event.model_dump_json(exclude_none=True))
     if isinstance(event, ChatStreamError):

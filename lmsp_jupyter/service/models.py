@@ -44,7 +44,8 @@ class ModelDirectory:
 
     def capabilities(self, entry: ModelEntry) -> list[ModelCapability]:
         """What ``entry`` can do through this service: its own capabilities (every local model's
-        three, or a remote server's), conversations when responses are stored, reasoning."""
+        three, or a remote server's), conversations when responses are stored, reasoning, and
+        ``fim`` for a local model whose GGUF names fill-in-the-middle tokens."""
         capabilities: list[ModelCapability] = [
             c
             for c in entry.capabilities or ("streaming", "tools", "structured_output")
@@ -54,6 +55,8 @@ class ModelDirectory:
             capabilities.append("conversations")
         if self.engine.thinks(entry):
             capabilities.append("reasoning")
+        if entry.fim is not None:
+            capabilities.append("fim")
         return capabilities
 
     @staticmethod

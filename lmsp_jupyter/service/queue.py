@@ -2,6 +2,10 @@
 
 Direct requests and tasks stand in the same line, in arrival order; a full line refuses new
 requests with ``overloaded``. A request that leaves the line never reaches the model.
+
+Priority requests (completions as the user types, which are short and wanted now) have a lane
+of their own at the front: each goes after the priority requests already waiting and before
+every other one, so it starts in the first slot that frees up instead of behind long answers.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from .store import RETRY_AFTER_SECONDS
 class Ticket:
     """One request's place: waiting, then holding one of its model's slots until it leaves."""
 
-    def __init__(self, line: ModelQueue, model_id: str) -> None:
+    def __init__(self, line: ModelQueue, model_id: str, priority: bool = False) -> None:
         self._line = line
         self.model_id = model_id
+        self.priority = priority
         self._admitted = asyncio.get_running_loop().create_future()
         self._left = False
 
@@ -64,11 +69,16 @@ class ModelQueue:
                 retry_after=RETRY_AFTER_SECONDS,
             )
 
-    def join(self, model_id: str, slots: int) -> Ticket:
-        """A place for a request on a model with ``slots`` slots: a slot now, or in line."""
+    def join(self, model_id: str, slots: int, *, priority: bool = False) -> Ticket:
+        """A place for a request on a model with ``slots`` slots: a slot now, or in line (a
+        ``priority`` one after the other priority ones, before the rest)."""
         self._slots[model_id] = slots
-        ticket = Ticket(self, model_id)
-        self._waiting.setdefault(model_id, deque()).append(ticket)
+        ticket = Ticket(self, model_id, priority)
+        line = self._waiting.setdefault(model_id, deque())
+        if priority:
+            line.insert(sum(1 for waiting in line if waiting.priority), ticket)
+        else:
+            line.append(ticket)
         self._advance(model_id)
         return ticket
 

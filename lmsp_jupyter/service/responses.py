@@ -37,6 +37,7 @@ from ..protocol.events import (
     ResponseIncomplete,
     ResponseInProgress,
 )
+from ..protocol.items import InputItem
 from ..protocol.models import EXTENSION_KEY, ModelCapability
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import (
@@ -47,7 +48,7 @@ from ..protocol.responses import (
     Usage,
 )
 from .conversation import chat_messages
-from .decoding import breach, plan
+from .decoding import DecodingPlan, breach, plan
 from .engine_errors import engine_problem
 from .history import ResponseHistory
 from .models import ModelDirectory
@@ -101,6 +102,41 @@ class ResponseService:
             raise LmspError("invalid_request", str(exc), param=decoding.constraint_param) from None
         except EngineError as exc:
             raise engine_problem(exc) from None
+        return await self._run(request, entry, prompt, owner, context, decoding)
+
+    async def start_text(
+        self,
+        request: ResponseRequest,
+        text: str,
+        suffix: str | None = None,
+        owner: str = OWNER,
+        *,
+        priority: bool = False,
+    ) -> ResponseRun:
+        """Like :meth:`start`, for a raw prompt: ``text`` continued as it is, through no chat
+        template (OpenAI's Completions); with a ``suffix``, the gap between them filled in where
+        the model can (its ``fim`` capability), else ``text`` alone is continued. ``request``
+        says the model and the sampling; its input is not read. A ``priority`` run goes before
+        every other one waiting for its model (completions as the user types)."""
+        entry = self.models.entry(request.model)
+        try:
+            prompt = await self.engine.render_text(entry, text, suffix)
+        except EngineError as exc:
+            raise engine_problem(exc) from None
+        return await self._run(request, entry, prompt, owner, [], plan(request), priority)
+
+    async def _run(
+        self,
+        request: ResponseRequest,
+        entry: ModelEntry,
+        prompt: Prompt,
+        owner: str,
+        context: list[InputItem],
+        decoding: DecodingPlan,
+        priority: bool = False,
+    ) -> ResponseRun:
+        """The run of a rendered prompt, once it fits its window and its model and line have
+        room for it."""
         await self._check_window(request, entry, prompt)
         keep_alive = _keep_alive(request)
         self.models.manager.check(entry)
@@ -113,6 +149,7 @@ class ResponseService:
             context=context,
             plan=decoding,
             keep_alive=keep_alive,
+            priority=priority,
         )
 
     async def _check_window(
@@ -207,7 +244,9 @@ class ResponseService:
     def join(self, run: ResponseRun) -> Ticket:
         """Put ``run`` in its model's line (once): a slot now, or a place in line."""
         if run.ticket is None:
-            run.ticket = self.queue.join(run.entry.id, self.engine.parallel(run.entry))
+            run.ticket = self.queue.join(
+                run.entry.id, self.engine.parallel(run.entry), priority=run.priority
+            )
         return run.ticket
 
     def _kept(self, run: ResponseRun, final: ResponseEvent) -> ResponseEvent:
@@ -240,7 +279,7 @@ class ResponseService:
             run.id,
             run.plan.mode,
             tools=run.plan.callable_tools,
-            reasoning=self.engine.thinks(run.entry),
+            reasoning=self.engine.thinks(run.entry) and not run.prompt.raw,
             thinking_open=run.prompt.text.rstrip().endswith(THINK_OPEN),
             max_calls=1 if run.request.parallel_tool_calls is False else None,
         )

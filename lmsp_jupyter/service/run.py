@@ -42,6 +42,8 @@ class ResponseRun:
     error: LmspError | None = None
     #: Its place in the model's line, once it has joined it.
     ticket: Ticket | None = None
+    #: Whether it goes before the others waiting for its model (:meth:`.ModelQueue.join`).
+    priority: bool = False
 
     def response(self) -> Response:
         """The response object as it stands, with the settings of its request (11.4)."""

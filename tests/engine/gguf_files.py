@@ -1,11 +1,14 @@
-"""Writes small but valid GGUF v3 files for tests (header and key/values, no tensor data)."""
+"""Writes small but valid GGUF v3 files for tests (header and key/values, no tensor data), and
+copies of a real one with metadata added."""
 
 from __future__ import annotations
 
+import shutil
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 # GGUF value type ids.
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY = range(10)
@@ -144,3 +147,60 @@ def _array(array: Array) -> bytes:
         return header + b"".join(_array(item) for item in nested)
     fmt = _FORMATS[array.element_type]
     return header + struct.pack(f"<{len(array.items)}{fmt[1:]}", *array.items)
+
+
+def with_metadata(source: Path, target: Path, extra: Mapping[str, object]) -> Path:
+    """A copy of the real GGUF ``source`` at ``target`` with the keys of ``extra`` added to its
+    metadata (its tensors unchanged, the data realigned): a model llama.cpp loads as it loads
+    ``source``, but for what ``extra`` says."""
+    with source.open("rb") as file:
+        head = file.read(24)
+        magic, version, tensor_count, kv_count = struct.unpack("<4sIQQ", head)
+        assert magic == b"GGUF", source
+        alignment = 32
+        for _ in range(kv_count):
+            key = _read_string(file)
+            value_type = struct.unpack("<I", file.read(4))[0]
+            if key == "general.alignment":
+                alignment = struct.unpack(_FORMATS[value_type], file.read(4))[0]
+            else:
+                _skip_value(file, value_type)
+        kv_end = file.tell()
+        for _ in range(tensor_count):
+            _read_string(file)
+            dimensions = struct.unpack("<I", file.read(4))[0]
+            file.seek(8 * dimensions + 4 + 8, 1)
+        table_end = file.tell()
+        data_start = -(-table_end // alignment) * alignment
+        file.seek(24)
+        metadata = file.read(kv_end - 24)
+        table = file.read(table_end - kv_end)
+        added = b"".join(_string(key) + _value(value) for key, value in extra.items())
+        new_head = struct.pack("<4sIQQ", magic, version, tensor_count, kv_count + len(extra))
+        out = new_head + metadata + added + table
+        out += bytes(-len(out) % alignment)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("wb") as copy:
+            copy.write(out)
+            file.seek(data_start)
+            shutil.copyfileobj(file, copy, 1 << 22)
+    return target
+
+
+def _read_string(file: BinaryIO) -> str:
+    (length,) = struct.unpack("<Q", file.read(8))
+    return file.read(length).decode()
+
+
+def _skip_value(file: BinaryIO, value_type: int) -> None:
+    if value_type == STRING:
+        _read_string(file)
+    elif value_type == ARRAY:
+        element_type, count = struct.unpack("<IQ", file.read(12))
+        if element_type in _FORMATS:
+            file.seek(count * struct.calcsize(_FORMATS[element_type]), 1)
+        else:
+            for _ in range(count):
+                _skip_value(file, element_type)
+    else:
+        file.seek(struct.calcsize(_FORMATS[value_type]), 1)

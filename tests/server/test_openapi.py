@@ -352,7 +352,7 @@ def sse_stream(response: schemathesis.Response, case: Case) -> None:
     media_type = (response.headers.get("content-type") or [""])[0].split(";")[0].strip()
     if response.status_code != 200 or media_type != "text/event-stream":
         return
-    if case.operation.path == "/chat/completions":
+    if case.operation.path in ("/chat/completions", "/completions"):
         chat_stream(response.text)
         return
     blocks = [b for b in response.text.split("\n\n") if b]
@@ -374,7 +374,8 @@ def sse_stream(response: schemathesis.Response, case: Case) -> None:
 
 
 def chat_stream(text: str) -> None:
-    """A chat stream: frames of ``data`` alone (retry in the first), chunks, then ``[DONE]``."""
+    """A (chat) completion stream: frames of ``data`` alone (retry in the first), chunks, then
+    ``[DONE]``."""
     frames = []
     for number, block in enumerate(b for b in text.split("\n\n") if b):
         fields = dict(line.split(": ", 1) for line in block.split("\n") if not line.startswith(":"))
@@ -385,7 +386,8 @@ def chat_stream(text: str) -> None:
     assert frames[-1] == "[DONE]" and "[DONE]" not in frames[:-1], frames[-3:]
     for frame in frames[:-1]:
         data = json.loads(frame)
-        assert data.get("object") == "chat.completion.chunk" or set(data) == {"error"}, data
+        chunks = ("chat.completion.chunk", "text_completion")
+        assert data.get("object") in chunks or set(data) == {"error"}, data
 
 
 def cheapen(body: Any, use_model: bool) -> bool:
@@ -403,12 +405,18 @@ def cheapen(body: Any, use_model: bool) -> bool:
 
 def cheapen_chat(body: Any, use_model: bool) -> bool:
     """Cap the tokens of a chat request; maybe name the bundled model."""
+    if isinstance(body, dict):
+        body.pop("max_tokens", None)
+    return cheapen_openai(body, use_model, "max_completion_tokens")
+
+
+def cheapen_openai(body: Any, use_model: bool, field: str = "max_tokens") -> bool:
+    """Cap the tokens (``field``) of an OpenAI request; maybe name the bundled model."""
     if not isinstance(body, dict):
         return False
-    body.pop("max_tokens", None)
-    tokens = body.get("max_completion_tokens")
+    tokens = body.get(field)
     if tokens is None or (type(tokens) is int and tokens > MAX_OUTPUT_TOKENS):
-        body["max_completion_tokens"] = MAX_OUTPUT_TOKENS
+        body[field] = MAX_OUTPUT_TOKENS
     if use_model:
         body["model"] = MODEL
     return use_model
@@ -476,6 +484,8 @@ class Fuzzer:
             self.model_calls[label] += cheapen(case.body, use_model)
         elif case.method == "POST" and case.operation.path == "/chat/completions":
             self.model_calls[label] += cheapen_chat(case.body, use_model)
+        elif case.method == "POST" and case.operation.path == "/completions":
+            self.model_calls[label] += cheapen_openai(case.body, use_model)
         elif case.method == "POST" and isinstance(case.body, dict):  # POST /tasks
             self.model_calls[label] += cheapen(case.body.get("request"), use_model)
         parameters = case.path_parameters or {}

@@ -32,6 +32,8 @@ DELTAS = [
 ]
 #: The prompt tokens it reports when asked without streaming.
 PROMPT_TOKENS = 21
+#: What it streams for every Completions request (its own ``/completions``).
+TEXTS = ["    return ", "fib(n - 1)"]
 
 
 class ScriptedServer(ThreadingHTTPServer):
@@ -58,7 +60,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.requests.append(("POST", self.path, body))
-        if self.path != "/v1/chat/completions":
+        if self.path == "/v1/completions":
+            self._texts()
+        elif self.path != "/v1/chat/completions":
             self._json(404, {"error": {"message": "not found"}})
         elif not body["stream"]:
             usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 1, "total_tokens": 22}
@@ -75,6 +79,20 @@ class Handler(BaseHTTPRequestHandler):
                 chunk = {"object": "chat.completion.chunk", "choices": [choice]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
+
+    def _texts(self) -> None:
+        """A streamed Completion: ``TEXTS``, then the usage, as OpenAI streams one."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        finishes = [None] * (len(TEXTS) - 1) + ["stop"]
+        for text, finish in zip(TEXTS, finishes, strict=True):
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+            chunk = {"object": "text_completion", "choices": [choice]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        usage = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+        last = {"object": "text_completion", "choices": [], "usage": usage}
+        self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -194,3 +212,18 @@ def test_a_prompt_over_the_window_of_a_server_that_cannot_count_is_refused_befor
     assert_problem(task, 400, "context_length_exceeded")
     asked = [(method, path) for method, path, _ in scripted.requests[before:]]
     assert ("POST", "/v1/chat/completions") not in asked
+
+
+def test_a_completion_goes_to_the_servers_own_completions_with_its_suffix(
+    client: httpx.Client, scripted: ScriptedServer
+) -> None:
+    body = {"model": MODEL, "prompt": "def fib(n):\n", "suffix": "\n", "max_tokens": 8}
+    response = client.post("/completions", json=body)
+    assert response.status_code == 200, response.text
+    completion = response.json()
+    assert completion["choices"][0]["text"] == "".join(TEXTS)  # raw text: no reasoning split
+    assert completion["choices"][0]["finish_reason"] == "stop"
+    assert completion["usage"]["prompt_tokens"] == 7
+    (sent,) = [body for _, path, body in scripted.requests if path == "/v1/completions"]
+    assert (sent["model"], sent["prompt"], sent["suffix"]) == ("thinker", "def fib(n):\n", "\n")
+    assert sent["stream"] is True and "messages" not in sent

@@ -59,3 +59,16 @@ async def test_leaving_twice_frees_one_slot_only() -> None:
     await asyncio.wait_for(second.wait(), 1)
     third = line.join("m", 1)
     assert third.position == 1
+
+
+async def test_priority_requests_wait_before_the_others_in_arrival_order() -> None:
+    line = ModelQueue(max_waiting=8)
+    running = line.join("m", 1)
+    answer = line.join("m", 1)
+    first = line.join("m", 1, priority=True)
+    second = line.join("m", 1, priority=True)
+    later = line.join("m", 1)
+    assert (first.position, second.position, answer.position, later.position) == (1, 2, 3, 4)
+    running.leave()
+    await first.wait()
+    assert (second.position, answer.position) == (1, 2)
