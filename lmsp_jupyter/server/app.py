@@ -36,6 +36,7 @@ from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store import IdempotencyRecords, ResponseRecords, Store, TaskRecords, now
 from ..service.tasks import TaskService
+from . import ollama_handlers
 from .auth import ScopedTokens
 from .handlers import default_handlers
 from .sse import SLOW_CLIENT_SECONDS
@@ -353,8 +354,8 @@ class LmspApp(ExtensionApp):
             await self.engine.refresh()
 
     def initialize_handlers(self) -> None:
-        """Mount the LMSP routes."""
-        self.handlers.extend(default_handlers)
+        """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
+        self.handlers.extend([*ollama_handlers.default_handlers, *default_handlers])
 
     async def stop_extension(self) -> None:
         """Stop the tasks, the purge and the model workers."""

@@ -105,11 +105,12 @@ class ModelDirectory:
         """One model; unknown → ``model_not_found``."""
         return self.describe(self.entry(model_id))
 
-    async def load(self, model_id: str) -> Model:
-        """Load a model now (``overloaded`` if it cannot fit); the model once loaded."""
+    async def load(self, model_id: str, keep_alive: float | None = None) -> Model:
+        """Load a model now (``overloaded`` if it cannot fit); the model once loaded.
+        ``keep_alive`` (seconds) replaces its default keep-alive once it is idle."""
         entry = self.entry(model_id)
         try:
-            await self.manager.load(entry)
+            await self.manager.load(entry, keep_alive)
         except EngineError as exc:
             raise LmspError("generation_failed", str(exc)) from None
         return self.describe(entry)
