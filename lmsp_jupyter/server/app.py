@@ -39,6 +39,7 @@ from ..service.tasks import TaskService
 from . import ollama_handlers
 from .auth import ScopedTokens
 from .handlers import default_handlers
+from .ollama_listener import ListenerError, OllamaListener
 from .sse import SLOW_CLIENT_SECONDS
 
 #: The engine's own defaults, which the engine settings below offer.
@@ -88,6 +89,7 @@ class LmspApp(ExtensionApp):
     classes = [*ExtensionApp.classes, ModelManager]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
+    _ollama_listener: OllamaListener | None = None
 
     model_dirs = PathList(
         help="Directories searched (recursively) for .gguf model files: "
@@ -236,6 +238,14 @@ class LmspApp(ExtensionApp):
         "'json_object'), 'retries'. See docs/scaling.md.",
     ).tag(config=True)
 
+    ollama_address = Unicode(
+        "",
+        help="Also serve Ollama's API (listing and generation only) on this host:port, for "
+        "tools that take only a host and send no key (say 127.0.0.1:11434). Off when empty. "
+        "On a loopback address it needs no token and refuses other Host names and foreign "
+        "Origins; on any other address it needs the Jupyter token. See docs/other-tools.md.",
+    ).tag(config=True)
+
     remote_refresh_seconds = Float(
         30.0,
         help="How often remote servers are asked for their models (and so whether they answer).",
@@ -350,15 +360,32 @@ class LmspApp(ExtensionApp):
         """Once the server listens, tell the kernels it will start where LMSP is, and ask the
         remote servers for their models."""
         export_location(serverapp, os.environ)
+        if self.ollama_address:
+            self._start_ollama_listener(serverapp)
         if self.engine.remotes:
             await self.engine.refresh()
+
+    def _start_ollama_listener(self, serverapp: Any) -> None:
+        """Listen on ``ollama_address``; a taken port or an open address is logged as an
+        error and leaves the listener off (the Jupyter port serves on)."""
+        try:
+            listener = OllamaListener(
+                self.ollama_address, token=serverapp.identity_provider.token, log=self.log
+            )
+        except ListenerError as exc:
+            self.log.error("%s", exc)
+            return
+        listener.start(serverapp.web_app.settings)
+        self._ollama_listener = listener
 
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
         self.handlers.extend([*ollama_handlers.default_handlers, *default_handlers])
 
     async def stop_extension(self) -> None:
-        """Stop the tasks, the purge and the model workers."""
+        """Stop the Ollama listener, the tasks, the purge and the model workers."""
+        if self._ollama_listener is not None:
+            self._ollama_listener.stop()
         if hasattr(self, "_purger"):
             self._purger.stop()
             if self._remote_refresher is not None:
