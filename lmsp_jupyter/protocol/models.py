@@ -9,7 +9,9 @@ from pydantic import BaseModel, Field, model_serializer
 Capability = Literal[
     "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
 ]
-ModelCapability = Literal["streaming", "tools", "structured_output", "conversations", "reasoning"]
+ModelCapability = Literal[
+    "streaming", "tools", "structured_output", "conversations", "reasoning", "embedding"
+]
 Scope = Literal[
     "models:read",
     "models:write",

@@ -30,6 +30,7 @@ from .chat import (
     UserMessage,
     as_response_request,
 )
+from .embeddings import MAX_INPUTS, EmbeddingText
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS
 from .models import EXTENSION_KEY
@@ -141,6 +142,32 @@ class OllamaGenerateRequest(_GenerationRequest):
     raw: bool = False
     images: list[str] | None = None
     context: list[int] | None = Field(default=None, description="Ignored.")
+
+
+class OllamaEmbedRequest(_Lenient):
+    """``POST /api/embed``: one text or several."""
+
+    model: str = Field(min_length=1, max_length=512)
+    input: (
+        EmbeddingText | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_INPUTS)]
+    )
+    truncate: bool = Field(default=True, description="Texts over the window are refused.")
+    dimensions: int | None = Field(default=None, ge=1)
+    options: dict[str, Any] | None = Field(default=None, description="Ignored.")
+    keep_alive: KeepAlive | None = Field(default=None, description="Ignored.")
+
+    def texts(self) -> list[str]:
+        """``input`` as a list."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class OllamaEmbeddingsRequest(_Lenient):
+    """``POST /api/embeddings``, Ollama's older endpoint: one ``prompt``."""
+
+    model: str = Field(min_length=1, max_length=512)
+    prompt: EmbeddingText
+    options: dict[str, Any] | None = Field(default=None, description="Ignored.")
+    keep_alive: KeepAlive | None = Field(default=None, description="Ignored.")
 
 
 class OllamaShowRequest(_Lenient):

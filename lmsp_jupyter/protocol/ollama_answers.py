@@ -102,6 +102,22 @@ class OllamaShow(BaseModel):
     modified_at: str
 
 
+class OllamaEmbedResponse(BaseModel):
+    """``POST /api/embed``: a normalized vector per text."""
+
+    model: str
+    embeddings: list[list[float]]
+    total_duration: int
+    load_duration: int = 0
+    prompt_eval_count: int
+
+
+class OllamaEmbeddingResponse(BaseModel):
+    """``POST /api/embeddings``: the prompt's vector."""
+
+    embedding: list[float]
+
+
 class OllamaFunctionCall(BaseModel):
     """A call the model made: its arguments as an object."""
 

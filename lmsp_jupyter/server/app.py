@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Dict, Float, Int, List, Type, Unicode, default
+from traitlets import Dict, Enum, Float, Int, List, Type, Unicode, default
 
 from ..client import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.backend import GenerationBackend
@@ -22,6 +22,8 @@ from ..engine.catalog import (
     default_huggingface_cache_dir,
     default_ollama_dir,
 )
+from ..engine.embedding import Embedders
+from ..engine.llama import LlamaEmbedder
 from ..engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
     DEFAULT_MAX_LOADED_MODELS,
@@ -31,6 +33,7 @@ from ..engine.manager import (
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import EngineRouter
 from ..engine.scheduler import Engine, EngineSettings
+from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
@@ -238,6 +241,15 @@ class LmspApp(ExtensionApp):
         "'json_object'), 'retries'. See docs/scaling.md.",
     ).tag(config=True)
 
+    embedding_models = Dict(
+        key_trait=Unicode(),
+        value_trait=Enum(["mean", "cls", "last"]),
+        default_value={},
+        help="Generative models that also serve embeddings, with how their tokens' states are "
+        "pooled into one vector: {'gemma3:270m-q4_k_m': 'mean'}. Embedding GGUFs (BERT-family, "
+        "Nomic, EmbeddingGemma) embed with their own pooling without being named here.",
+    ).tag(config=True)
+
     ollama_address = Unicode(
         "",
         help="Also serve Ollama's API (listing and generation only) on this host:port, for "
@@ -295,7 +307,14 @@ class LmspApp(ExtensionApp):
             self.log.warning("%s", notice)
         self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
         store = Store(Path(self.store_path).expanduser())
-        models = ModelDirectory(self.engine, self.engine, self.model_manager, conversations=True)
+        models = ModelDirectory(
+            self.engine,
+            self.engine,
+            self.model_manager,
+            conversations=True,
+            embedding_pooling=self.embedding_models,
+        )
+        self.embeddings = EmbeddingService(models, Embedders(LlamaEmbedder, settings.threads))
         responses = ResponseService(
             models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
         )
@@ -311,6 +330,7 @@ class LmspApp(ExtensionApp):
         self.idempotency = IdempotencyKeys(IdempotencyRecords(store))
         self.settings.update(
             lmsp_models=models,
+            lmsp_embeddings=self.embeddings,
             lmsp_responses=responses,
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
@@ -392,6 +412,7 @@ class LmspApp(ExtensionApp):
                 self._remote_refresher.stop()
             await self.task_service.close()
             await self.model_manager.close()
+            self.embeddings.close()
             await self.engine.aclose()
 
 

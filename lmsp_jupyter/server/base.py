@@ -16,6 +16,7 @@ from tornado.web import HTTPError
 from ..protocol.errors import LmspError
 from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
+from ..service.embeddings import EmbeddingService
 from ..service.idempotency import Action, IdempotencyKeys, Outcome
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
@@ -80,6 +81,12 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         """The task service of this server."""
         tasks: TaskService = self.settings["lmsp_tasks"]
         return tasks
+
+    @property
+    def embeddings(self) -> EmbeddingService:
+        """The embedding service of this server."""
+        embeddings: EmbeddingService = self.settings["lmsp_embeddings"]
+        return embeddings
 
     @property
     def models(self) -> ModelDirectory:

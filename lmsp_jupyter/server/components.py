@@ -12,6 +12,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from ..protocol import events
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.chat_answers import ChatCompletion, ChatCompletionChunk
+from ..protocol.embeddings import EmbeddingList, EmbeddingRequest
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
@@ -30,6 +31,8 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (ChatCompletionRequest, "validation"),
     (ChatCompletion, "serialization"),
     (ChatCompletionChunk, "serialization"),
+    (EmbeddingRequest, "validation"),
+    (EmbeddingList, "serialization"),
     (ServiceDocument, "serialization"),
     (ModelList, "validation"),
     (Model, "validation"),

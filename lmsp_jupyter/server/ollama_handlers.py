@@ -20,6 +20,8 @@ from ..protocol.events import ResponseEvent
 from ..protocol.ollama import (
     OLLAMA_VERSION,
     OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaShowRequest,
     chat_request,
@@ -27,6 +29,8 @@ from ..protocol.ollama import (
     keep_alive_seconds,
 )
 from ..protocol.ollama_answers import (
+    OllamaEmbeddingResponse,
+    OllamaEmbedResponse,
     OllamaError,
     OllamaTranslator,
     OllamaVersion,
@@ -34,6 +38,7 @@ from ..protocol.ollama_answers import (
     load_chunk,
 )
 from ..protocol.requests import ResponseRequest, parse_json_body, validate_request
+from ..service.embeddings import Embeddings, check_dimensions
 from ..service.ollama import OllamaModels
 from .auth import Principal
 from .operations import Operation
@@ -74,6 +79,12 @@ class OllamaHandler(StreamingHandler):
         if len(self.request.body) > limit:
             raise LmspError("payload_too_large", f"the body is over {limit} bytes")
         return parse_json_body(self.request.body or b"{}")
+
+    async def embed(self, name: str, texts: list[str], dimensions: int | None) -> Embeddings:
+        """The vectors of ``texts`` by the model Ollama's ``name`` means."""
+        embeddings = await self.embeddings.embed(self.ollama.entry(name), texts)
+        check_dimensions(embeddings, dimensions)
+        return embeddings
 
     def write_json(self, model: BaseModel) -> None:
         """Send an Ollama object (fields without a value left out, as Ollama does)."""
@@ -191,6 +202,36 @@ class GenerateHandler(_GeneratingHandler):
         await self.generate(request, generate_request, loads_only=empty)
 
 
+class EmbedHandler(OllamaHandler):
+    """``POST /api/embed``: a normalized vector per text."""
+
+    operations = {"post": _operation("ollamaEmbed", "responses:write")}
+
+    async def post(self) -> None:
+        request = validate_request(OllamaEmbedRequest, self.body())
+        stopwatch = Stopwatch()
+        embeddings = await self.embed(request.model, request.texts(), request.dimensions)
+        self.write_json(
+            OllamaEmbedResponse(
+                model=request.model,
+                embeddings=embeddings.vectors,
+                total_duration=stopwatch.clock() - stopwatch.arrived,
+                prompt_eval_count=embeddings.tokens,
+            )
+        )
+
+
+class EmbeddingsHandler(OllamaHandler):
+    """``POST /api/embeddings``, Ollama's older endpoint: the prompt's vector."""
+
+    operations = {"post": _operation("ollamaEmbeddings", "responses:write")}
+
+    async def post(self) -> None:
+        request = validate_request(OllamaEmbeddingsRequest, self.body())
+        embeddings = await self.embed(request.model, [request.prompt], None)
+        self.write_json(OllamaEmbeddingResponse(embedding=embeddings.vectors[0]))
+
+
 class RootHandler(OllamaHandler):
     """``GET /``: what tools probe to see that Ollama runs."""
 
@@ -278,6 +319,8 @@ listener_handlers: list[tuple[str, type[OllamaHandler]]] = [
     (r"/api/ps", PsHandler),
     (r"/api/chat", ChatHandler),
     (r"/api/generate", GenerateHandler),
+    (r"/api/embed", EmbedHandler),
+    (r"/api/embeddings", EmbeddingsHandler),
     (r"(/.*)", OllamaNotFoundHandler),
 ]
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..engine.backend import GenerationBackend, ModelIndex
 from ..engine.catalog import ModelEntry, bundled_progress
+from ..engine.embedding import EMBEDDING_ARCHITECTURES
 from ..engine.generation import EngineError
 from ..engine.manager import ModelManager
 from ..protocol.errors import LmspError
@@ -32,11 +34,14 @@ class ModelDirectory:
         manager: ModelManager | None = None,
         *,
         conversations: bool = False,
+        embedding_pooling: Mapping[str, str] | None = None,
     ) -> None:
         self.catalog = catalog
         self.engine = engine
         self.manager = ModelManager(engine) if manager is None else manager
         self.conversations = conversations
+        #: Generative models that also embed, with their pooling (``LmspApp.embedding_models``).
+        self.embedding_pooling = dict(embedding_pooling or {})
 
     def entry(self, model_id: str) -> ModelEntry:
         """The catalog entry of ``model_id``; unknown → ``model_not_found``."""
@@ -44,7 +49,11 @@ class ModelDirectory:
 
     def capabilities(self, entry: ModelEntry) -> list[ModelCapability]:
         """What ``entry`` can do through this service: its own capabilities (every local model's
-        three, or a remote server's), conversations when responses are stored, reasoning."""
+        three, or a remote server's), conversations when responses are stored, reasoning;
+        ``embedding`` alone for an embedding model, besides the others for one named in
+        ``embedding_pooling``."""
+        if entry.architecture in EMBEDDING_ARCHITECTURES:
+            return ["embedding"]
         capabilities: list[ModelCapability] = [
             c
             for c in entry.capabilities or ("streaming", "tools", "structured_output")
@@ -54,6 +63,8 @@ class ModelDirectory:
             capabilities.append("conversations")
         if self.engine.thinks(entry):
             capabilities.append("reasoning")
+        if entry.id in self.embedding_pooling:
+            capabilities.append("embedding")
         return capabilities
 
     @staticmethod

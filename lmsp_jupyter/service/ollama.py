@@ -49,13 +49,16 @@ class OllamaModels:
         raise LmspError("model_not_found", f"model '{name}' not found", param="model")
 
     def capabilities(self, entry: ModelEntry) -> list[OllamaCapability]:
-        """What Ollama's clients look for: ``completion``, ``tools``, ``thinking``."""
+        """What Ollama's clients look for: ``completion``, ``tools``, ``thinking``,
+        ``embedding``."""
         own = self.models.capabilities(entry)
-        capabilities: list[OllamaCapability] = ["completion"]
+        capabilities: list[OllamaCapability] = ["completion"] if "streaming" in own else []
         if "tools" in own:
             capabilities.append("tools")
         if "reasoning" in own:
             capabilities.append("thinking")
+        if "embedding" in own:
+            capabilities.append("embedding")
         return capabilities
 
     def thinks(self, entry: ModelEntry) -> bool:
