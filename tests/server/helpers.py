@@ -15,10 +15,12 @@ import httpx
 import pytest
 from traitlets.config import Config
 
+from lmsp_jupyter.engine.batching import ModelWorker
+from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
-from tests.helpers import eventually
+from tests.helpers import eventually, eventually_async
 
 
 def ask(prompt: str = "Name a colour.", tokens: int = 8, **fields: Any) -> dict[str, Any]:
@@ -157,3 +159,27 @@ def scripted_engine(serverapp: Any) -> ScriptedEngine:
     engine = lmsp_app(serverapp).engine.local
     assert isinstance(engine, ScriptedEngine)
     return engine
+
+
+def record_finishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[StopReason, int]]:
+    """Every sequence the model workers finish from now on: why, and after how many tokens."""
+    finished: list[tuple[StopReason, int]] = []
+    finish = ModelWorker._finish
+
+    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
+        finished.append((reason, sequence.generated))
+        finish(self, sequence, reason, flush)
+
+    monkeypatch.setattr(ModelWorker, "_finish", recording)
+    return finished
+
+
+async def only_finish(finished: list[tuple[StopReason, int]]) -> tuple[StopReason, int]:
+    """The one finish that :func:`record_finishes` recorded, once it happened."""
+
+    async def generation_ended() -> bool:
+        return bool(finished)
+
+    await eventually_async(generation_ended, interval=0.1, what="the generation ended")
+    [only] = finished
+    return only

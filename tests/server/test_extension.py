@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.batching import ModelWorker
-from lmsp_jupyter.engine.generation import StopReason
 from tests.conftest import MODEL, start_server, stop_server
-from tests.helpers import eventually_async
-from tests.server.helpers import parse_sse
+from tests.server.helpers import only_finish, parse_sse, record_finishes
 
 
 async def test_mounted_under_the_servers_base_url(
@@ -78,14 +74,7 @@ async def test_failure_in_a_sync_request_is_generation_failed_problem(
 async def test_disconnect_stops_generation_and_frees_the_model(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished: list[tuple[StopReason, int]] = []
-    finish = ModelWorker._finish
-
-    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
-        finished.append((reason, sequence.generated))
-        finish(self, sequence, reason, flush)
-
-    monkeypatch.setattr(ModelWorker, "_finish", recording)
+    finished = record_finishes(monkeypatch)
     body = {
         "model": MODEL,
         "input": "Write a long story.",
@@ -99,12 +88,7 @@ async def test_disconnect_stops_generation_and_frees_the_model(
             deltas += line == "event: response.output_text.delta"
             if deltas == 3:
                 break
-
-    async def generation_ended() -> bool:
-        return bool(finished)
-
-    await eventually_async(generation_ended, interval=0.1, what="the generation ended")
-    [(reason, generated)] = finished
+    reason, generated = await only_finish(finished)
     assert reason == "cancelled"
     assert generated < 4000
     short = {"model": MODEL, "input": "Hi", "temperature": 0, "max_output_tokens": 2}

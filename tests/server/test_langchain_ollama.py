@@ -6,23 +6,10 @@ Shapes and validity only: the bundled model is a small base model.
 from __future__ import annotations
 
 from langchain_core.messages import AIMessage, AIMessageChunk
-from langchain_core.tools import tool
 from langchain_ollama import ChatOllama
-from pydantic import BaseModel
 
 from tests.conftest import MODEL, LiveServer
-
-
-class Verdict(BaseModel):
-    """Whether it is sunny."""
-
-    sunny: bool
-
-
-@tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return "Sunny."
+from tests.server.test_langchain import Verdict, get_weather
 
 
 def chat(live_server: LiveServer, num_predict: int = 8) -> ChatOllama:

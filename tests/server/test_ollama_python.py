@@ -18,21 +18,12 @@ import pytest
 
 from lmsp_jupyter.protocol.ollama import OLLAMA_VERSION
 from tests.conftest import MODEL, READER_TOKEN, LiveServer
+from tests.server.test_remote import WEATHER
 
 #: Greedy and short: runs of the same request agree.
 GREEDY = {"temperature": 0, "num_predict": 8}
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+#: The weather tool of the remote tests, in Ollama's (Chat Completions') shape.
+WEATHER_TOOL = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
 
 
 def ollama_host(live_server: LiveServer) -> str:

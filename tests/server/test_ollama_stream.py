@@ -10,10 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lmsp_jupyter.engine.batching import ModelWorker
-from lmsp_jupyter.engine.generation import StopReason
 from tests.conftest import MODEL
-from tests.helpers import eventually_async
+from tests.server.helpers import only_finish, record_finishes
 
 
 def ollama_url(lmsp: httpx.AsyncClient, path: str) -> str:
@@ -30,14 +28,7 @@ async def lines_of(lmsp: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[s
 async def test_a_client_leaving_stops_the_generation(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished: list[tuple[StopReason, int]] = []
-    finish = ModelWorker._finish
-
-    def recording(self: ModelWorker, sequence: Any, reason: StopReason, flush: bool = True) -> None:
-        finished.append((reason, sequence.generated))
-        finish(self, sequence, reason, flush)
-
-    monkeypatch.setattr(ModelWorker, "_finish", recording)
+    finished = record_finishes(monkeypatch)
     body = {
         "model": MODEL,
         "prompt": "Write a long story.",
@@ -49,12 +40,7 @@ async def test_a_client_leaving_stops_the_generation(
             chunks += 1
             if chunks == 3:
                 break
-
-    async def generation_ended() -> bool:
-        return bool(finished)
-
-    await eventually_async(generation_ended, interval=0.1, what="the generation ended")
-    [(reason, generated)] = finished
+    reason, generated = await only_finish(finished)
     assert reason == "cancelled"
     assert generated < 4000
 
