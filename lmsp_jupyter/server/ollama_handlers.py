@@ -66,6 +66,10 @@ class OllamaHandler(StreamingHandler):
             await super().prepare()
             return
         self.principal = guard(self.request)
+        origin = self.request.headers.get("Origin")
+        if origin is not None:  # one the guard admitted: a loopback origin
+            self.set_header("Access-Control-Allow-Origin", origin)
+            self.add_header("Vary", "Origin")
 
     @property
     def ollama(self) -> OllamaModels:

@@ -176,3 +176,22 @@ def test_on_another_address_the_guard_needs_the_token() -> None:
         with pytest.raises(LmspError) as caught:
             guard(request(Host="gpu-node:11434", **headers))
         assert caught.value.code == "unauthorized"
+
+
+def test_a_loopback_origin_may_read_the_answers(listener: tuple[LiveServer, str]) -> None:
+    origin = "http://localhost:3000"
+    preflight = httpx.options(
+        f"{listener[1]}/api/chat",
+        headers={"Origin": origin, "Access-Control-Request-Method": "POST"},
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["Access-Control-Allow-Origin"] == origin
+    assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
+    answer = httpx.get(f"{listener[1]}/api/tags", headers={"Origin": origin})
+    assert answer.headers["Access-Control-Allow-Origin"] == origin
+    refused = httpx.options(
+        f"{listener[1]}/api/chat",
+        headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert refused.status_code == 403
+    assert "Access-Control-Allow-Origin" not in refused.headers
