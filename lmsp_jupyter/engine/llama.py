@@ -299,9 +299,7 @@ class LlamaEmbedder:
     decoded together in one batch. Each text must fit ``window`` tokens."""
 
     def __init__(self, path: Path, pooling: str | None, window: int, threads: int) -> None:
-        self.window = window
-        with no_weight_repacking(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with no_weight_repacking():
             self._llama = llama_cpp.Llama(
                 str(path),
                 embedding=True,
