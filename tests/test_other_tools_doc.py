@@ -53,8 +53,8 @@ def sse_events(text: str) -> list[tuple[int, str, dict[str, object]]]:
 
 def test_the_page_has_the_blocks_these_tests_check(outputs: Outputs) -> None:
     assert {language: len(runs) for language, runs in outputs.items()} == {
-        "bash": 8,
-        "python": 4,
+        "bash": 9,
+        "python": 5,
         "js": 3,
     }
 
@@ -167,3 +167,20 @@ def test_editor_chat_completions_example(outputs: Outputs) -> None:
     assert completion["choices"][0]["finish_reason"] == "length"
     assert completion["choices"][0]["message"]["content"] != ""
     assert completion["usage"]["completion_tokens"] == 8
+
+
+# --- Ollama's clients --------------------------------------------------------------------------
+
+
+def test_ollama_python_example(outputs: Outputs) -> None:
+    lines = outputs["python"][4].stdout.splitlines()
+    assert lines[0].startswith("['")
+    assert lines[1] == "['completion', 'tools']"
+    reason, text = lines[2].split(" ", 1)
+    assert reason == "stop"
+    assert isinstance(json.loads(text)["blue"], bool)
+
+
+def test_ollama_curl_example(outputs: Outputs) -> None:
+    last = json.loads(outputs["bash"][8].stdout)
+    assert (last["done"], last["done_reason"], last["eval_count"]) == (True, "length", 8)

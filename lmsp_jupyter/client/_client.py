@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar, overload
 
@@ -83,6 +83,11 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
     def models(self) -> list[Model]:
         """Every model the service can run."""
         return self._call(_wire.models())
+
+    def embed(self, texts: Sequence[str], *, model: str) -> list[list[float]]:
+        """The normalized vector of each text, in order, by a model with the ``embedding``
+        capability."""
+        return self._call(_wire.embed(model, texts))
 
     def create_response(self, request: RequestLike) -> Response:
         """Generate a response and return it when it is done."""
@@ -233,6 +238,11 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
     async def models(self) -> list[Model]:
         """Every model the service can run."""
         return await self._call(_wire.models())
+
+    async def embed(self, texts: Sequence[str], *, model: str) -> list[list[float]]:
+        """The normalized vector of each text, in order, by a model with the ``embedding``
+        capability."""
+        return await self._call(_wire.embed(model, texts))
 
     async def create_response(self, request: RequestLike) -> Response:
         """Generate a response and return it when it is done."""

@@ -6,7 +6,7 @@ The two client classes only do I/O; deciding what to send and what came back is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from ..protocol.completions import TextCompletion
+from ..protocol.embeddings import EmbeddingList
 from ..protocol.errors import Problem
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
 from ..protocol.requests import ResponseRequest
@@ -59,6 +60,20 @@ def service() -> Call[ServiceDocument]:
 def models() -> Call[list[Model]]:
     """``GET /models``."""
     return Call("GET", "models", lambda reply: _model(ModelList)(reply).data)
+
+
+def embed(model: str, texts: Sequence[str]) -> Call[list[list[float]]]:
+    """``POST /embeddings``: a vector per text, in order."""
+    return Call("POST", "embeddings", _vectors, body={"model": model, "input": list(texts)})
+
+
+def _vectors(reply: httpx.Response) -> list[list[float]]:
+    vectors = []
+    for item in _model(EmbeddingList)(reply).data:
+        if isinstance(item.embedding, str):
+            raise ProtocolViolation("a vector came as base64, though floats were asked for")
+        vectors.append(item.embedding)
+    return vectors
 
 
 def create_response(request: RequestLike) -> Call[Response]:

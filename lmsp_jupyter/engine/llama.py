@@ -347,3 +347,46 @@ class TokenSampler:
         if self._chain:
             llama_cpp.llama_sampler_free(self._chain)
             self._chain = None
+
+
+#: How an embedding model turns its tokens' states into one vector (``None``: its GGUF's own).
+POOLING_TYPES = {
+    None: llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED,
+    "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+    "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
+    "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+}
+
+
+class LlamaEmbedder:
+    """A model loaded to embed text: each text's pooled, L2-normalized vector, many texts
+    decoded together in one batch. Each text must fit ``window`` tokens."""
+
+    def __init__(self, path: Path, pooling: str | None, window: int, threads: int) -> None:
+        with no_weight_repacking():
+            self._llama = llama_cpp.Llama(
+                str(path),
+                embedding=True,
+                pooling_type=POOLING_TYPES[pooling],
+                n_ctx=window,
+                n_batch=window,
+                n_ubatch=window,
+                n_threads=threads,
+                n_threads_batch=threads,
+                verbose=False,
+            )
+
+    def count(self, text: str) -> int:
+        """The tokens of ``text`` as the model embeds it."""
+        return len(self._llama.tokenize(text.encode()))
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """The vectors of ``texts`` and how many tokens they took."""
+        vectors, tokens = self._llama.embed(
+            list(texts), normalize=True, truncate=False, return_count=True
+        )
+        return vectors, tokens
+
+    def close(self) -> None:
+        """Free the model."""
+        self._llama.close()

@@ -9,9 +9,10 @@ from pydantic import BaseModel, Field, model_serializer
 Capability = Literal[
     "streaming", "tasks", "conversations", "tools", "structured_output", "reasoning"
 ]
+#: ``embedding``: embeds texts (``/embeddings``, Ollama's ``/api/embed``).
 #: ``fim``: fills in the middle of a Completions request's ``prompt`` and ``suffix`` (11.5).
 ModelCapability = Literal[
-    "streaming", "tools", "structured_output", "conversations", "reasoning", "fim"
+    "streaming", "tools", "structured_output", "conversations", "reasoning", "fim", "embedding"
 ]
 Scope = Literal[
     "models:read",

@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Dict, Float, Int, List, Type, Unicode, default
+from traitlets import Dict, Enum, Float, Int, List, Type, Unicode, default
 
 from ..client import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.backend import GenerationBackend
@@ -22,6 +22,8 @@ from ..engine.catalog import (
     default_huggingface_cache_dir,
     default_ollama_dir,
 )
+from ..engine.embedding import Embedders
+from ..engine.llama import LlamaEmbedder
 from ..engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
     DEFAULT_MAX_LOADED_MODELS,
@@ -31,13 +33,16 @@ from ..engine.manager import (
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..engine.scheduler import Engine, EngineSettings
+from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store import IdempotencyRecords, ResponseRecords, Store, TaskRecords, now
 from ..service.tasks import TaskService
+from . import ollama_handlers
 from .auth import ScopedTokens
 from .handlers import default_handlers
+from .ollama_listener import ListenerError, OllamaListener
 from .sse import SLOW_CLIENT_SECONDS
 
 #: The engine's own defaults, which the engine settings below offer.
@@ -87,6 +92,7 @@ class LmspApp(ExtensionApp):
     classes = [*ExtensionApp.classes, ModelManager]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
+    _ollama_listener: OllamaListener | None = None
 
     model_dirs = PathList(
         help="Directories searched (recursively) for .gguf model files: "
@@ -235,6 +241,23 @@ class LmspApp(ExtensionApp):
         "'json_object'), 'retries'. See docs/scaling.md.",
     ).tag(config=True)
 
+    embedding_models = Dict(
+        key_trait=Unicode(),
+        value_trait=Enum(["mean", "cls", "last"]),
+        default_value={},
+        help="Generative models that also serve embeddings, with how their tokens' states are "
+        "pooled into one vector: {'gemma3:270m-q4_k_m': 'mean'}. Embedding GGUFs (BERT-family, "
+        "Nomic, EmbeddingGemma) embed with their own pooling without being named here.",
+    ).tag(config=True)
+
+    ollama_address = Unicode(
+        "",
+        help="Also serve Ollama's API (listing and generation only) on this host:port, for "
+        "tools that take only a host and send no key (say 127.0.0.1:11434). Off when empty. "
+        "On a loopback address it needs no token and refuses other Host names and foreign "
+        "Origins; on any other address it needs the Jupyter token. See docs/other-tools.md.",
+    ).tag(config=True)
+
     remote_refresh_seconds = Float(
         30.0,
         help="How often remote servers are asked for their models (and so whether they answer).",
@@ -292,7 +315,14 @@ class LmspApp(ExtensionApp):
             self.log.warning("%s", notice)
         self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
         store = Store(Path(self.store_path).expanduser())
-        models = ModelDirectory(self.engine, self.engine, self.model_manager, conversations=True)
+        models = ModelDirectory(
+            self.engine,
+            self.engine,
+            self.model_manager,
+            conversations=True,
+            embedding_pooling=self.embedding_models,
+        )
+        self.embeddings = EmbeddingService(models, Embedders(LlamaEmbedder, settings.threads))
         responses = ResponseService(
             models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
         )
@@ -308,6 +338,7 @@ class LmspApp(ExtensionApp):
         self.idempotency = IdempotencyKeys(IdempotencyRecords(store))
         self.settings.update(
             lmsp_models=models,
+            lmsp_embeddings=self.embeddings,
             lmsp_responses=responses,
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
@@ -357,21 +388,39 @@ class LmspApp(ExtensionApp):
         """Once the server listens, tell the kernels it will start where LMSP is, and ask the
         remote servers for their models."""
         export_location(serverapp, os.environ)
+        if self.ollama_address:
+            self._start_ollama_listener(serverapp)
         if self.engine.remotes:
             await self.engine.refresh()
 
+    def _start_ollama_listener(self, serverapp: Any) -> None:
+        """Listen on ``ollama_address``; a taken port or an open address is logged as an
+        error and leaves the listener off (the Jupyter port serves on)."""
+        try:
+            listener = OllamaListener(
+                self.ollama_address, token=serverapp.identity_provider.token, log=self.log
+            )
+        except ListenerError as exc:
+            self.log.error("%s", exc)
+            return
+        listener.start(serverapp.web_app.settings)
+        self._ollama_listener = listener
+
     def initialize_handlers(self) -> None:
-        """Mount the LMSP routes."""
-        self.handlers.extend(default_handlers)
+        """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
+        self.handlers.extend([*ollama_handlers.default_handlers, *default_handlers])
 
     async def stop_extension(self) -> None:
-        """Stop the tasks, the purge and the model workers."""
+        """Stop the Ollama listener, the tasks, the purge and the model workers."""
+        if self._ollama_listener is not None:
+            self._ollama_listener.stop()
         if hasattr(self, "_purger"):
             self._purger.stop()
             if self._remote_refresher is not None:
                 self._remote_refresher.stop()
             await self.task_service.close()
             await self.model_manager.close()
+            self.embeddings.close()
             await self.engine.aclose()
 
 

@@ -53,14 +53,20 @@ class ScopedTokens:
 
     def find(self, authorization: str | None) -> Principal | None:
         """The principal of a ``Bearer`` header carrying a configured token."""
-        match = _BEARER.match(authorization or "")
-        if match is None or not self._entries:
+        token = bearer_token(authorization)
+        if token is None or not self._entries:
             return None
-        digest = hash_token(match[1])
+        digest = hash_token(token)
         for stored, principal in self._entries:
             if hmac.compare_digest(stored, digest):
                 return principal
         return None
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header; ``None`` without one."""
+    match = _BEARER.match(authorization or "")
+    return None if match is None else match[1]
 
 
 def require(principal: Principal, scope: str | None) -> None:

@@ -16,6 +16,7 @@ from tornado.web import HTTPError
 from ..protocol.errors import LmspError
 from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
+from ..service.embeddings import EmbeddingService
 from ..service.idempotency import Action, IdempotencyKeys, Outcome
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
@@ -80,6 +81,12 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         """The task service of this server."""
         tasks: TaskService = self.settings["lmsp_tasks"]
         return tasks
+
+    @property
+    def embeddings(self) -> EmbeddingService:
+        """The embedding service of this server."""
+        embeddings: EmbeddingService = self.settings["lmsp_embeddings"]
+        return embeddings
 
     @property
     def models(self) -> ModelDirectory:
@@ -185,18 +192,21 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         self.set_status(status)
         self.finish(model.model_dump_json())
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Every error under ``/lmsp/`` is a problem document, never a traceback or a page."""
+    def error_of(self, status_code: int, **kwargs: Any) -> LmspError:
+        """The LMSP error that ``write_error``'s arguments stand for."""
         exc = kwargs["exc_info"][1] if "exc_info" in kwargs else None
         if isinstance(exc, LmspError):
-            error = exc
-        elif isinstance(exc, HTTPError) or exc is None:
+            return exc
+        if isinstance(exc, HTTPError) or exc is None:
             code = _HTTP_ERROR_CODES.get(status_code, "internal_error")
-            error = LmspError(code, getattr(exc, "log_message", None) or self._reason)
-        else:
-            error = store_problem(exc) or LmspError(
-                "internal_error", "the service failed; see the server log"
-            )
+            return LmspError(code, getattr(exc, "log_message", None) or self._reason)
+        return store_problem(exc) or LmspError(
+            "internal_error", "the service failed; see the server log"
+        )
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Every error under ``/lmsp/`` is a problem document, never a traceback or a page."""
+        error = self.error_of(status_code, **kwargs)
         self.set_status(error.status)
         if error.code != "forbidden_origin":  # ``send_error`` cleared them; a browser reads this
             self.set_cors_headers()

@@ -13,6 +13,7 @@ from ..protocol import events
 from ..protocol.chat import ChatCompletionRequest
 from ..protocol.chat_answers import ChatCompletion, ChatCompletionChunk
 from ..protocol.completions import CompletionRequest, TextCompletion
+from ..protocol.embeddings import EmbeddingList, EmbeddingRequest
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
@@ -33,6 +34,8 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (ChatCompletionChunk, "serialization"),
     (CompletionRequest, "validation"),
     (TextCompletion, "serialization"),
+    (EmbeddingRequest, "validation"),
+    (EmbeddingList, "serialization"),
     (ServiceDocument, "serialization"),
     (ModelList, "validation"),
     (Model, "validation"),

@@ -14,6 +14,7 @@ from ..protocol.errors import LmspError
 from ..protocol.models import AuthInfo, Capability, ServiceDocument, ServiceInfo
 from .auth import JUPYTER_SCOPES
 from .base import LmspHandler
+from .embedding_handlers import EmbeddingsHandler
 from .openapi import OpenApiHandler
 from .operations import Operation, json_reply, ref
 from .response_handlers import (
@@ -139,6 +140,7 @@ default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/responses/([^/]+)/cancel", ResponseCancelHandler),
     (r"/lmsp/v1/chat/completions/?", ChatCompletionsHandler),
     (r"/lmsp/v1/completions/?", CompletionsHandler),
+    (r"/lmsp/v1/embeddings/?", EmbeddingsHandler),
     (r"/lmsp/v1/tasks/?", TasksHandler),
     (r"/lmsp/v1/tasks/([^/]+)", TaskHandler),
     (r"/lmsp/v1/tasks/([^/]+)/cancel", TaskCancelHandler),

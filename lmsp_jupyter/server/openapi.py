@@ -141,6 +141,7 @@ def openapi_document(server_url: str = "/") -> dict[str, Any]:
             {"name": "models", "description": "The models on this machine."},
             {"name": "responses", "description": "Generating responses."},
             {"name": "tasks", "description": "Responses run in the background."},
+            {"name": "embeddings", "description": "Vectors of texts."},
         ],
         "paths": _paths(),
         "components": {

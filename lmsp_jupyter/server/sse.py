@@ -70,8 +70,16 @@ class EventStream:
     task and, through it, whatever produces the events. One timer, not one per event, sends the
     keep-alive comments: the per-token path stays a write and a flush. Only a stream that is
     ``kept`` (its idempotency key answers it again) holds what it sent; the others, task
-    followers among them, hold no frame once written.
+    followers among them, hold no frame once written. A subclass may send the events in
+    another framing (``media_type``, ``opening``, ``keepalive``, ``frame``).
     """
+
+    #: The ``Content-Type`` of the stream.
+    media_type = "text/event-stream; charset=utf-8"
+    #: What goes before the first frame: ``retry``, in the first event's frame (11.4).
+    opening = f"retry: {RETRY_MILLISECONDS}\n".encode()
+    #: What is sent while idle.
+    keepalive = KEEPALIVE
 
     def __init__(
         self, handler: RequestHandler, keepalive_seconds: float, *, kept: bool = False
@@ -94,7 +102,7 @@ class EventStream:
 
     def _start(self) -> None:
         handler = self._handler
-        handler.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        handler.set_header("Content-Type", self.media_type)
         handler.set_header("Cache-Control", "no-cache")
         handler.set_header("X-Accel-Buffering", "no")
 
@@ -111,10 +119,9 @@ class EventStream:
         self._arm()
         try:
             await self._handler.flush()  # the headers now: a stream, even before its first event
-            # No frame without data (11.4): ``retry`` travels in the first event's frame.
-            head = f"retry: {RETRY_MILLISECONDS}\n".encode()
+            head = self.opening
             async for event in events:
-                await self._write(head + sse_frame(event))
+                await self._write(head + self.frame(event))
                 head = b""
         except StreamClosedError:
             pass
@@ -145,6 +152,10 @@ class EventStream:
             self._handler.request.connection.close()  # type: ignore[union-attr]
             raise StreamClosedError() from None
 
+    def frame(self, event: SseEvent) -> bytes:
+        """``event`` as it is sent."""
+        return sse_frame(event)
+
     def _arm(self) -> None:
         due = self._last_write + self._keepalive
         self._timer = asyncio.get_running_loop().call_at(
@@ -156,7 +167,7 @@ class EventStream:
             return
         if time.monotonic() - self._last_write >= self._keepalive:
             self._last_write = time.monotonic()
-            self._handler.write(KEEPALIVE)
+            self._handler.write(self.keepalive)
             self._handler.flush().add_done_callback(_ignore_closed)
         self._arm()
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..engine.backend import GenerationBackend, ModelIndex
 from ..engine.catalog import ModelEntry, bundled_progress
+from ..engine.embedding import EMBEDDING_ARCHITECTURES
 from ..engine.generation import EngineError
 from ..engine.manager import ModelManager
 from ..protocol.models import (
@@ -32,11 +34,14 @@ class ModelDirectory:
         manager: ModelManager | None = None,
         *,
         conversations: bool = False,
+        embedding_pooling: Mapping[str, str] | None = None,
     ) -> None:
         self.catalog = catalog
         self.engine = engine
         self.manager = ModelManager(engine) if manager is None else manager
         self.conversations = conversations
+        #: Generative models that also embed, with their pooling (``LmspApp.embedding_models``).
+        self.embedding_pooling = dict(embedding_pooling or {})
 
     def entry(self, model_id: str) -> ModelEntry:
         """The catalog entry of ``model_id``; unknown → ``model_not_found``."""
@@ -45,7 +50,11 @@ class ModelDirectory:
     def capabilities(self, entry: ModelEntry) -> list[ModelCapability]:
         """What ``entry`` can do through this service: its own capabilities (every local model's
         three, or a remote server's), conversations when responses are stored, reasoning, and
-        ``fim`` for a local model whose GGUF names fill-in-the-middle tokens."""
+        ``fim`` for a local model whose GGUF names fill-in-the-middle tokens; ``embedding``
+        alone for an embedding model, besides the others for one named in
+        ``embedding_pooling``."""
+        if entry.architecture in EMBEDDING_ARCHITECTURES:
+            return ["embedding"]
         capabilities: list[ModelCapability] = [
             c
             for c in entry.capabilities or ("streaming", "tools", "structured_output")
@@ -57,6 +66,8 @@ class ModelDirectory:
             capabilities.append("reasoning")
         if entry.fim is not None:
             capabilities.append("fim")
+        if entry.id in self.embedding_pooling:
+            capabilities.append("embedding")
         return capabilities
 
     @staticmethod
@@ -118,12 +129,13 @@ class ModelDirectory:
         """One model; unknown → ``model_not_found``."""
         return self.describe(self.entry(model_id))
 
-    async def load(self, model_id: str) -> Model:
+    async def load(self, model_id: str, keep_alive: float | None = None) -> Model:
         """Load a model now (``overloaded`` if it cannot fit, ``engine_unavailable`` if it
-        cannot be loaded); the model once loaded."""
+        cannot be loaded); the model once loaded. ``keep_alive`` (seconds) replaces its
+        default keep-alive once it is idle."""
         entry = self.entry(model_id)
         try:
-            await self.manager.load(entry)
+            await self.manager.load(entry, keep_alive)
         except EngineError as exc:
             raise engine_problem(exc) from None
         return self.describe(entry)

@@ -162,7 +162,7 @@ def scripted_engine(serverapp: Any) -> ScriptedEngine:
 
 
 def record_finishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[StopReason, int]]:
-    """How each sequence the model workers finish from now on ended, and its output tokens."""
+    """Every sequence the model workers finish from now on: why, and after how many tokens."""
     finished: list[tuple[StopReason, int]] = []
     finish = ModelWorker._finish
 
@@ -174,14 +174,20 @@ def record_finishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[StopReason, i
     return finished
 
 
+async def only_finish(finished: list[tuple[StopReason, int]]) -> tuple[StopReason, int]:
+    """The one finish that :func:`record_finishes` recorded, once it happened."""
+
+    async def generation_ended() -> bool:
+        return bool(finished)
+
+    await eventually_async(generation_ended, interval=0.1, what="the generation ended")
+    [only] = finished
+    return only
+
+
 async def one_cancelled(finished: list[tuple[StopReason, int]], limit: int) -> None:
     """Wait until a sequence of :func:`record_finishes` ended: the only one, cancelled before
     its ``limit`` of tokens."""
-
-    async def ended() -> bool:
-        return bool(finished)
-
-    await eventually_async(ended, interval=0.1, what="the generation ended")
-    [(reason, generated)] = finished
+    reason, generated = await only_finish(finished)
     assert reason == "cancelled"
     assert generated < limit
