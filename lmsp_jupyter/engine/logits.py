@@ -48,8 +48,9 @@ class Penalties:
 
 
 class TokenLogprobs:
-    """The log-probabilities of one distribution over the vocabulary (a log-softmax in double
-    precision, of a copy of the logits): the drawn token's, and the ``top`` most likely."""
+    """The log-probabilities of one distribution over the vocabulary (a log-softmax of a copy
+    of the logits): the drawn token's, and the ``top`` most likely. About 2 ms for Gemma 3's
+    262,144 tokens, which is why the engine computes them only when asked."""
 
     def __init__(
         self,
@@ -59,27 +60,30 @@ class TokenLogprobs:
         values = np.array(logits, dtype=np.float32)  # a copy: the mask must not reach sampling
         if mask is not None:
             mask(values)
-        shifted = values.astype(np.float64)
-        shifted -= shifted.max()
-        self._logprobs = shifted - np.log(np.exp(shifted).sum())
+        self._values = values
+        self._max = float(values.max())
+        shifted = values - np.float32(self._max)
+        self._log_total = float(np.log(np.exp(shifted).sum()))
 
     def of(self, token: int) -> float:
         """The logprob of ``token``."""
-        return float(self._logprobs[token])
+        return float(self._values[token]) - self._max - self._log_total
 
     def top(self, count: int) -> list[tuple[int, float]]:
         """The ``count`` most likely tokens and their logprobs, most likely first (ties: the
         lower token id first, as greedy decoding picks); tokens of probability 0 left out."""
+        values = self._values
+        count = min(count, len(values))
         if count <= 0:
             return []
-        logprobs = self._logprobs
-        count = min(count, len(logprobs))
-        candidates = np.argpartition(-logprobs, count - 1)[:count]
-        floor = logprobs[candidates].min()
-        tied = np.flatnonzero(logprobs >= floor)  # every token as likely as the last one kept
-        order = np.lexsort((tied, -logprobs[tied]))[:count]
+        margin = 4.0  # the top tokens lie within a few units of the largest logit: look there
+        near = np.flatnonzero(values >= self._max - margin)
+        while len(near) < count and np.isfinite(margin):
+            margin = margin * 4 if margin < 1e3 else np.inf
+            near = np.flatnonzero(values >= self._max - margin)
+        floor = np.partition(values[near], len(near) - count)[len(near) - count]
+        tied = near[values[near] >= floor]  # every token as likely as the last one kept
+        order = np.lexsort((tied, -values[tied]))[:count]
         return [
-            (int(tied[i]), float(logprobs[tied[i]]))
-            for i in order
-            if np.isfinite(logprobs[tied[i]])
+            (int(tied[i]), self.of(int(tied[i]))) for i in order if np.isfinite(values[tied[i]])
         ]

@@ -99,7 +99,8 @@ def test_responses_logprobs_parse_stream_and_match_chat(sdk: OpenAI) -> None:
     assert summary(deltas) == summary(part.logprobs)
     plain = sdk.responses.create(**{**ask, "include": None})
     assert isinstance(plain.output[0], ResponseOutputMessage)
-    assert not plain.output[0].content[0].logprobs  # not asked for: none
+    plain_part = plain.output[0].content[0]
+    assert isinstance(plain_part, ResponseOutputText) and not plain_part.logprobs
 
 
 def test_penalties_reach_the_model_alike_on_both_apis(sdk: OpenAI) -> None:
