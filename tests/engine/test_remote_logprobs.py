@@ -24,45 +24,43 @@ ENTRY = {
 }
 
 
-def test_penalties_and_logprobs_reach_the_server_and_its_logprobs_come_back() -> None:
+def sent(params: generation.SamplingParams, *frames: str) -> tuple[list[Any], dict[str, Any]]:
+    """The events of generating with ``params`` from a server that streams ``frames``, and
+    the body of the request it got."""
     bodies: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/models"):
             return listing({"id": "m"})
         bodies.append(json.loads(request.content))
-        choice = {"index": 0, "delta": {"content": "Ré"}, "logprobs": {"content": [ENTRY]}}
-        usage = {"prompt_tokens": 3, "completion_tokens": 1}
-        return sse(
-            f"data: {json.dumps({'choices': [choice]})}\n\n",
-            chunk({}, "stop"),
-            f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n",
-            "data: [DONE]\n\n",
-        )
+        return sse(*frames, "data: [DONE]\n\n")
 
+    events = asyncio.run(generate(engine(handler), params))
+    return events, bodies[0]
+
+
+def test_penalties_and_logprobs_reach_the_server_and_its_logprobs_come_back() -> None:
+    choice = {"index": 0, "delta": {"content": "Ré"}, "logprobs": {"content": [ENTRY]}}
+    usage = {"prompt_tokens": 3, "completion_tokens": 1}
     params = generation.SamplingParams(
         max_tokens=8, frequency_penalty=1.5, presence_penalty=-0.5, top_logprobs=2
     )
-    events = asyncio.run(generate(engine(handler), params))
+    events, body = sent(
+        params,
+        f"data: {json.dumps({'choices': [choice]})}\n\n",
+        chunk({}, "stop"),
+        f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n",
+    )
     top = ((b"R\xc3\xa9", -0.25), (b"Bl", -1.5))
     assert events == [
         generation.TextDelta("Ré", (generation.TokenLogprob(b"R\xc3\xa9", -0.25, top),)),
         generation.GenerationDone("stop", 3, 1),
     ]
-    (body,) = bodies
     assert (body["frequency_penalty"], body["presence_penalty"]) == (1.5, -0.5)
     assert (body["logprobs"], body["top_logprobs"]) == (True, 2)
 
 
 def test_nothing_is_sent_for_penalties_and_logprobs_not_asked_for() -> None:
-    bodies: list[dict[str, Any]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/models"):
-            return listing({"id": "m"})
-        bodies.append(json.loads(request.content))
-        return sse(chunk({"content": "a"}, "stop"), "data: [DONE]\n\n")
-
-    asyncio.run(generate(engine(handler), generation.SamplingParams(max_tokens=8)))
+    _, body = sent(generation.SamplingParams(max_tokens=8), chunk({"content": "a"}, "stop"))
     names = {"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs"}
-    assert names.isdisjoint(bodies[0])
+    assert names.isdisjoint(body)
