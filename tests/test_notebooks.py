@@ -121,6 +121,9 @@ def test_structured_output_notebook_gets_json_of_the_schema() -> None:
     city = cell(cells, "City.model_validate_json").outputs[0]["data"]["text/plain"]
     assert city.startswith("City(name=")
     assert result(cell(cells, "import json")) == ["hex", "name"]
+    # The enum leaves the model a choice of at least two tokens, each with its probability.
+    choices = result(cell(cells, "import math"))
+    assert choices and all(len(top) > 1 and all(0 <= p <= 1 for _, p in top) for _, top in choices)
 
 
 @pytest.mark.usefixtures("kernel_env")
