@@ -76,7 +76,7 @@ async def test_a_frequency_penalty_breaks_a_loop_at_temperature_0(
     assert repeated_trigrams(penalized) < repeated_trigrams(plain)
 
 
-async def test_penalties_and_logprobs_are_the_same_alone_and_batched(
+async def test_penalties_and_logprobs_are_the_same_alone_batched_and_cached(
     engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     params = {"frequency_penalty": 1.0, "presence_penalty": 0.5, "top_logprobs": 5}
@@ -88,10 +88,15 @@ async def test_penalties_and_logprobs_are_the_same_alone_and_batched(
     batched = await asyncio.gather(
         *(generate(engine, entry, tokenizer, p, **params) for p in PROMPTS)
     )
+    # The same prompts again: each one's slot serves all of it but its last token.
+    cached = await asyncio.gather(
+        *(generate(engine, entry, tokenizer, p, **params) for p in PROMPTS)
+    )
     assert len({text for text, _, _ in alone}) == len(PROMPTS)
-    assert [(text, logprobs) for text, logprobs, _ in batched] == [
-        (text, logprobs) for text, logprobs, _ in alone
-    ]
+    expected = [(text, logprobs) for text, logprobs, _ in alone]
+    assert [(text, logprobs) for text, logprobs, _ in batched] == expected
+    assert [(text, logprobs) for text, logprobs, _ in cached] == expected
+    assert all(done.cached_tokens > 0 for _, _, done in cached)
 
 
 async def test_logprobs_describe_the_greedy_draw(
