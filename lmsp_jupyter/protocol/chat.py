@@ -19,7 +19,7 @@ from .items import (
     InputItem,
     InputMessage,
 )
-from .logprobs import LOGPROBS_INCLUDE, Penalty, TopLogprobs
+from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
 from .requests import (
     SAMPLING_FIELDS,
     FunctionTool,
@@ -28,6 +28,7 @@ from .requests import (
     Metadata,
     MinP,
     NamedToolChoice,
+    Penalty,
     ResponseRequest,
     Seed,
     Stop,

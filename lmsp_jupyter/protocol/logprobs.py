@@ -13,8 +13,6 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 MAX_TOP_LOGPROBS = 20
 #: ``top_logprobs``: how many alternatives each token comes with.
 TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
-#: ``frequency_penalty`` and ``presence_penalty`` (OpenAI's range).
-Penalty = Annotated[float, Field(ge=-2, le=2)]
 
 
 class TopLogprob(BaseModel):

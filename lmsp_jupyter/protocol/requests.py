@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS, InputItem, InputMessage, InputText, ReservedPart
-from .logprobs import LOGPROBS_INCLUDE, Penalty, TopLogprobs
+from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -133,6 +133,8 @@ TopP = Annotated[float, Field(gt=0, le=1)]
 TopK = Annotated[int, Field(ge=1, le=1000)]
 MinP = Annotated[float, Field(ge=0, le=1)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+#: ``frequency_penalty`` and ``presence_penalty`` (OpenAI's range).
+Penalty = Annotated[float, Field(ge=-2, le=2)]
 #: The sampling fields, named alike in the Responses and Chat Completions requests.
 SAMPLING_FIELDS = {
     *("temperature", "top_p", "top_k", "min_p", "seed", "stop"),
