@@ -64,7 +64,7 @@ def no_errors(cells: list[Any]) -> None:
 
 
 @pytest.mark.usefixtures("kernel_env")
-def test_quickstart_asks_streams_continues_and_stops() -> None:
+def test_quickstart_asks_streams_continues_shows_logprobs_and_stops() -> None:
     cells = run("quickstart.ipynb")
     no_errors(cells)
     (row,) = printed(cell(cells, "%lmsp models")).splitlines()
@@ -84,7 +84,12 @@ def test_quickstart_asks_streams_continues_and_stops() -> None:
     assert continued["rounds"][0]["task_id"] != state["rounds"][0]["task_id"]
     assert result(cell(cells, "story.cancel()")) == "cancelled"
     tasks = printed(cell(cells, "%lmsp tasks"))
-    assert f"{state['rounds'][0]['task_id']} incomplete" in tasks
+    assert state["rounds"][0]["task_id"] in tasks
+    logprobs = result(cell(cells, "import math"))
+    assert logprobs and all(isinstance(token, str) and 0 <= p <= 1 for token, p in logprobs)
+    (loop,) = answer_states(cell(cells, "loop = %lmsp ask"))
+    (unloop,) = answer_states(cell(cells, "unloop = %lmsp ask"))
+    assert loop["model"] == unloop["model"] == MODEL
 
 
 @pytest.mark.usefixtures("kernel_env")
@@ -116,6 +121,9 @@ def test_structured_output_notebook_gets_json_of_the_schema() -> None:
     city = cell(cells, "City.model_validate_json").outputs[0]["data"]["text/plain"]
     assert city.startswith("City(name=")
     assert result(cell(cells, "import json")) == ["hex", "name"]
+    # The enum leaves the model a choice of at least two tokens, each with its probability.
+    choices = result(cell(cells, "import math"))
+    assert choices and all(len(top) > 1 and all(0 <= p <= 1 for _, p in top) for _, top in choices)
 
 
 @pytest.mark.usefixtures("kernel_env")

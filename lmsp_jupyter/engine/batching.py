@@ -26,6 +26,7 @@ from .generation import (
     GenerationDone,
     StopReason,
     TextDelta,
+    TokenLogprob,
 )
 from .llama import BatchToken, LlamaModel, TokenSampler
 from .passes import decode_pass, lone_token_needs_pad, pass_size
@@ -75,6 +76,8 @@ class _Sequence:
     slot: _Slot | None = None
     cached_tokens: int = 0
     generated: int = 0
+    #: Logprobs of the tokens whose text is still held back (asked for in ``top_logprobs``).
+    held_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     @property
     def pending(self) -> int:
@@ -363,16 +366,19 @@ class ModelWorker:
         """Take ``sequence``'s next ``tokens`` (sampled, or forced by its schema): text out,
         or the end."""
         assert self._model is not None
-        for token in tokens:
+        logprobs = sequence.sampler.logprobs
+        for index, token in enumerate(tokens):
             if self._model.ends(token):
                 self._finish(sequence, "stop")
                 return
             sequence.sampler.accept(token)
             sequence.tokens.append(token)
             sequence.generated += 1
+            if logprobs:
+                sequence.held_logprobs.append(logprobs[index])
             text, stopped = sequence.text.feed(self._model.piece(token))
             if text:
-                sequence.request.emit(TextDelta(text))
+                sequence.request.emit(TextDelta(text, self._take_logprobs(sequence)))
             if stopped:
                 self._finish(sequence, "stop", flush=False)
                 return
@@ -390,7 +396,7 @@ class ModelWorker:
         request = sequence.request
         tail = sequence.text.flush() if flush else ""
         if tail:
-            request.emit(TextDelta(tail))
+            request.emit(TextDelta(tail, self._take_logprobs(sequence)))
         request.emit(
             GenerationDone(
                 reason=reason,
@@ -404,6 +410,13 @@ class ModelWorker:
         if sequence.slot is not None:
             self._clock += 1
             sequence.slot.sequence, sequence.slot.used_at = None, self._clock
+
+    @staticmethod
+    def _take_logprobs(sequence: _Sequence) -> tuple[TokenLogprob, ...]:
+        """The held logprobs, which go out with the text their tokens produced."""
+        held = tuple(sequence.held_logprobs)
+        sequence.held_logprobs.clear()
+        return held
 
     def _fail_running(self, exc: BaseException) -> None:
         """A failed batch fails every sequence in it; the caches are dropped, the worker goes on."""

@@ -96,6 +96,25 @@ class SamplingParams:
     schema: dict[str, Any] | None = None
     #: The tools one of which must be called (``schema`` is then their call envelope).
     forced_tools: tuple[str, ...] = ()
+    #: OpenAI's penalties over the tokens generated so far: before each draw, a token's logit
+    #: is lowered by ``frequency_penalty`` times the times it was generated, and by
+    #: ``presence_penalty`` once it was (negative values raise it).
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    #: Report each output token's logprob and this many most likely alternatives (0-20);
+    #: ``None``: no logprobs (computing them costs a pass over the vocabulary per token).
+    top_logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One output token's log-probability in the distribution it was drawn from (after the
+    penalties, before temperature and the top-k/top-p/min-p cut; under a schema, masked to the
+    tokens it allows), and the most likely tokens of that distribution, most likely first."""
+
+    token: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,8 @@ class TextDelta:
     """Text the model produced since the last event."""
 
     text: str
+    #: The tokens that produced it, when logprobs were asked for (``SamplingParams.top_logprobs``).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

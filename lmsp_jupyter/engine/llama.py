@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from .generation import EngineError, ModelLoadError, SamplingParams
+from .generation import EngineError, ModelLoadError, SamplingParams, TokenLogprob
 from .guidance import SchemaCompiler, SchemaMatcher
+from .logits import Penalties, TokenLogprobs
 from .passes import PASS_MAX
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,9 @@ class TokenSampler:
     it are the logits masked and the token drawn again, so the schema costs a full-vocabulary
     pass only on the steps where the model strays (at temperature 0 the result is the same).
     Tokens the schema forces are taken without sampling.
+
+    Penalties (``engine/logits.py``) lower the logits in place before each draw. With
+    ``top_logprobs`` set, ``logprobs`` holds the entries of the tokens ``next`` returned.
     """
 
     def __init__(
@@ -300,6 +304,10 @@ class TokenSampler:
     ) -> None:
         self._model = model
         self._matcher = matcher
+        self._penalties = Penalties(params.frequency_penalty, params.presence_penalty)
+        self._top_logprobs = params.top_logprobs
+        #: The logprobs of the tokens the last ``next`` returned (with ``top_logprobs`` set).
+        self.logprobs: list[TokenLogprob] = []
         self._chain = llama_cpp.llama_sampler_chain_init(
             llama_cpp.llama_sampler_chain_default_params()
         )
@@ -323,17 +331,39 @@ class TokenSampler:
         ``row`` in the last batch (each already accepted by the schema's matcher)."""
         matcher = self._matcher
         forced = matcher.forced() if matcher is not None else []
-        if forced:
+        if forced:  # the only tokens the schema allows: probability 1
+            wanted = self._top_logprobs is not None
+            self.logprobs = [self._entry(token, None) for token in forced] if wanted else []
             return forced
+        if self._penalties.active:
+            self._penalties.apply(self._model.logits(row))
+        logprobs = None
+        if self._top_logprobs is not None:
+            mask = matcher.mask_logits if matcher is not None else None
+            logprobs = TokenLogprobs(self._model.logits(row), mask)
         ctx = self._model._ctx
         token: int = llama_cpp.llama_sampler_sample(self._chain, ctx, row)
         if matcher is not None and not matcher.allows(token):
             matcher.mask_logits(self._model.logits(row))
             token = llama_cpp.llama_sampler_sample(self._chain, ctx, row)
+        self.logprobs = [] if logprobs is None else [self._entry(token, logprobs)]
         return [token]
 
+    def _entry(self, token: int, logprobs: TokenLogprobs | None) -> TokenLogprob:
+        """``token``'s logprob entry (``logprobs`` ``None``: a forced token, probability 1)."""
+        piece = self._model.piece
+        if logprobs is None:
+            top = ((piece(token), 0.0),) if self._top_logprobs else ()
+            return TokenLogprob(piece(token), 0.0, top)
+        alternatives = logprobs.top(self._top_logprobs or 0)
+        return TokenLogprob(
+            piece(token), logprobs.of(token), tuple((piece(t), lp) for t, lp in alternatives)
+        )
+
     def accept(self, token: int) -> None:
-        """Advance the schema past ``token``, which the sequence keeps."""
+        """Advance the schema past ``token``, which the sequence keeps; it counts for the
+        penalties from the next draw on."""
+        self._penalties.count(token)
         if self._matcher is not None:
             self._matcher.accept(token)
 

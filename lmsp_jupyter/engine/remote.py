@@ -345,6 +345,7 @@ class RemoteEngine:
             "seed": params.seed,
         }
         body.update({key: value for key, value in sampling.items() if value is not None})
+        body.update(_penalties_and_logprobs(params))
         if params.stop:
             body["stop"] = list(params.stop)
         if prompt.tools:
@@ -444,3 +445,16 @@ def _root(url: str) -> str:
     """A server's own root (its API root without ``/v1``), where counting endpoints are."""
     url = url.rstrip("/")
     return url.removesuffix("/v1") + "/" if url.endswith("/v1") else url + "/"
+
+
+def _penalties_and_logprobs(params: SamplingParams) -> dict[str, Any]:
+    """The penalties and logprobs of ``params`` in a Chat Completions request (OpenAI-compatible
+    servers take them alike); only what differs from the defaults."""
+    fields: dict[str, Any] = {}
+    if params.frequency_penalty:
+        fields["frequency_penalty"] = params.frequency_penalty
+    if params.presence_penalty:
+        fields["presence_penalty"] = params.presence_penalty
+    if params.top_logprobs is not None:
+        fields.update(logprobs=True, top_logprobs=params.top_logprobs)
+    return fields

@@ -18,6 +18,7 @@ from .generation import (
     ReasoningDelta,
     StopReason,
     TextDelta,
+    TokenLogprob,
     ToolCallDelta,
 )
 
@@ -119,7 +120,7 @@ class ChunkStream:
             content = delta.get("content") or choice.get("text")  # a Completion's chunk: text
             if isinstance(content, str) and content:
                 self.deltas += 1
-                events.append(TextDelta(content))
+                events.append(TextDelta(content, _logprobs(choice.get("logprobs"))))
             for call in delta.get("tool_calls") or []:
                 function = call.get("function") or {}
                 events.append(
@@ -165,3 +166,30 @@ def error_text(response: httpx.Response) -> str:
 def describe(exc: BaseException) -> str:
     """A transport failure in a few words: its kind, and its message if it has one."""
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _logprobs(given: Any) -> tuple[TokenLogprob, ...]:
+    """A chunk's ``logprobs.content`` (OpenAI's shape) as the engine's entries; what is not
+    in that shape is left out."""
+    content = given.get("content") if isinstance(given, dict) else None
+    return tuple(
+        TokenLogprob(
+            _token_bytes(entry),
+            float(entry.get("logprob", 0.0)),
+            tuple(
+                (_token_bytes(top), float(top.get("logprob", 0.0)))
+                for top in entry.get("top_logprobs") or []
+                if isinstance(top, dict)
+            ),
+        )
+        for entry in content or []
+        if isinstance(entry, dict)
+    )
+
+
+def _token_bytes(entry: dict[str, Any]) -> bytes:
+    """A logprob entry's token: its ``bytes`` if given, else its text."""
+    given = entry.get("bytes")
+    if isinstance(given, list) and all(isinstance(b, int) and 0 <= b < 256 for b in given):
+        return bytes(given)
+    return str(entry.get("token", "")).encode()

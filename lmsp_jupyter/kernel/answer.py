@@ -18,6 +18,7 @@ from ..protocol.events import (
     StreamError,
 )
 from ..protocol.items import OutputFunctionCall, OutputItem, OutputMessage
+from ..protocol.logprobs import LOGPROBS_INCLUDE, Logprob
 from ..protocol.responses import Response
 from .connection import TaskClient, problem_of
 from .rounds import RoundClock, call_output, continuation, open_call
@@ -71,6 +72,7 @@ class Answer:
         self._settled = threading.Event()  # set while final or waiting for a decision
         self._events: list[ResponseEvent] = []  # of the running round
         self._deltas: list[str] = []
+        self._delta_logprobs: list[Logprob] = []
         self._clock = RoundClock()
         self._items: list[OutputItem] = []
         self._awaiting: set[str] = set()  # calls of the last round without an output yet
@@ -117,6 +119,25 @@ class Answer:
             if isinstance(item, OutputMessage)
             for part in item.content
         )
+
+    @property
+    def logprobs(self) -> list[Logprob] | None:
+        """The logprobs of the message text's tokens in the last round (so far, while it
+        runs): each with ``token``, ``logprob``, ``bytes`` and ``top_logprobs``. ``None``
+        unless the ask asked for them (``--logprobs N``)."""
+        if LOGPROBS_INCLUDE not in self._request.get("include", ()):
+            return None
+        response = self.response
+        if response is None:
+            with self._lock:
+                return list(self._delta_logprobs)
+        return [
+            entry
+            for item in response.output
+            if isinstance(item, OutputMessage)
+            for part in item.content
+            for entry in part.logprobs or []
+        ]
 
     @property
     def state(self) -> AnswerState:
@@ -228,6 +249,7 @@ class Answer:
             self._state.rounds.append(Round(task_id=task_id))
             self._state.status = "queued"
             self._events, self._deltas, self._items = [], [], []
+            self._delta_logprobs = []
             self._clock = RoundClock()
             self._settled.clear()
         self._view.refresh()
@@ -278,6 +300,7 @@ class Answer:
                 self._state.status = "in_progress"
             elif isinstance(data, OutputTextDelta):
                 self._deltas.append(data.delta)
+                self._delta_logprobs += data.logprobs or []
             elif isinstance(data, OutputItemDone):
                 self._items.append(data.item)
         self._view.event(task_id, event)

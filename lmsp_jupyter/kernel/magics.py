@@ -36,12 +36,15 @@ class LmspMagics(Magics):
 
         Options: --model ID (default: the server's LmspApp.default_model, else the first
         loaded model, else the first listed), --system TEXT, --max-tokens N, --temperature T,
+        --frequency-penalty F and --presence-penalty P (-2 to 2: against loops), --logprobs N
+        (token logprobs with N alternatives, 0-20: answer.logprobs, shading in the view),
         --json NAME|JSON (a JSON Schema dict or pydantic model in the namespace, or a schema),
         --tools f,g (functions decorated with @lmsp_jupyter.tool),
         --tool-choice auto|required|none|NAME (the first round only), --continue (from the
         previous answer). {name} in the prompt and the system text is the value of ``name``.
         IPython reads a line ending in "?" as a request for help: ask questions with %%lmsp.
-        The value is an Answer: .text, .output, .response, .wait(), .approve(), .deny(), .cancel().
+        The value is an Answer: .text, .logprobs, .output, .response, .wait(), .approve(),
+        .deny(), .cancel().
         """
         if cell is not None:
             return self.session.ask(parse_ask(_ASK.sub("", line.strip()), cell))

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
 from IPython.core.error import UsageError
+
+from ..protocol.logprobs import MAX_TOP_LOGPROBS
 
 _VALUED = (
     "--model",
     "--system",
     "--max-tokens",
     "--temperature",
+    "--frequency-penalty",
+    "--presence-penalty",
+    "--logprobs",
     "--json",
     "--tools",
     "--tool-choice",
@@ -30,6 +36,10 @@ class AskOptions:
     system: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    #: Token logprobs with this many alternatives each (0-20); ``None``: none.
+    logprobs: int | None = None
     json: str | None = None
     tools: tuple[str, ...] = ()
     tool_choice: str | None = None
@@ -80,7 +90,10 @@ def _options(prompt: str, given: dict[str, str]) -> AskOptions:
         model=given.get("--model"),
         system=given.get("--system"),
         max_tokens=_max_tokens(given.get("--max-tokens")),
-        temperature=_temperature(given.get("--temperature")),
+        temperature=_number(given.get("--temperature"), "--temperature", 0, 2),
+        frequency_penalty=_number(given.get("--frequency-penalty"), "--frequency-penalty", -2, 2),
+        presence_penalty=_number(given.get("--presence-penalty"), "--presence-penalty", -2, 2),
+        logprobs=_logprobs(given.get("--logprobs")),
         json=given.get("--json"),
         tools=tools,
         tool_choice=given.get("--tool-choice"),
@@ -118,16 +131,26 @@ def _max_tokens(value: str | None) -> int | None:
     return int(value)
 
 
-def _temperature(value: str | None) -> float | None:
+def _number(value: str | None, option: str, low: float, high: float) -> float | None:
     if value is None:
         return None
     try:
         number = float(value)
     except ValueError:
-        number = -1.0
-    if not 0 <= number <= 2:
-        raise UsageError(f"--temperature takes a number from 0 to 2, not {value!r}")
+        number = math.nan
+    if not low <= number <= high:
+        raise UsageError(f"{option} takes a number from {low} to {high}, not {value!r}")
     return number
+
+
+def _logprobs(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) > MAX_TOP_LOGPROBS:
+        raise UsageError(
+            f"--logprobs takes a whole number from 0 to {MAX_TOP_LOGPROBS}, not {value!r}"
+        )
+    return int(value)
 
 
 def _skip_spaces(line: str, position: int) -> int:

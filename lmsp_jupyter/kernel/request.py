@@ -10,6 +10,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from pydantic import BaseModel
 
+from ..protocol.logprobs import LOGPROBS_INCLUDE
 from .options import AskOptions
 from .tools import Tool
 
@@ -55,6 +56,11 @@ def ask_request(
         request["max_output_tokens"] = options.max_tokens
     if options.temperature is not None:
         request["temperature"] = options.temperature
+    for field in ("frequency_penalty", "presence_penalty"):
+        if getattr(options, field) is not None:
+            request[field] = getattr(options, field)
+    if options.logprobs is not None:
+        request.update(include=[LOGPROBS_INCLUDE], top_logprobs=options.logprobs)
     if options.json is not None:
         request["response_format"] = response_format(options.json, namespace)
     if tools:

@@ -19,6 +19,7 @@ from .items import (
     InputItem,
     InputMessage,
 )
+from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
 from .requests import (
     SAMPLING_FIELDS,
     FunctionTool,
@@ -27,6 +28,7 @@ from .requests import (
     Metadata,
     MinP,
     NamedToolChoice,
+    Penalty,
     ResponseRequest,
     Seed,
     Stop,
@@ -200,14 +202,15 @@ class ChatCompletionRequest(_Strict):
     parallel_tool_calls: bool | None = None
     response_format: ChatResponseFormat | None = None
     metadata: Metadata | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
     # Accepted and ignored.
     user: str | None = Field(default=None, max_length=512)
     store: bool | None = None
     service_tier: str | None = Field(default=None, max_length=64)
     reasoning_effort: str | None = Field(default=None, max_length=64)
-    logprobs: Literal[False] | None = None
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     safety_identifier: str | None = Field(default=None, max_length=512)
     prompt_cache_key: str | None = Field(default=None, max_length=512)
 
@@ -216,6 +219,10 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
     """The response request that does what ``chat`` asks."""
     if chat.n not in (None, 1):
         raise LmspError("invalid_request", "only n = 1 is served", param="n")
+    if chat.top_logprobs is not None and not chat.logprobs:
+        raise LmspError(
+            "invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs"
+        )
     return ResponseRequest(
         model=chat.model,
         input=_input_items(chat.messages),
@@ -236,6 +243,8 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
         tool_choice=_tool_choice(chat),
         parallel_tool_calls=chat.parallel_tool_calls,
         metadata=chat.metadata,
+        include=[LOGPROBS_INCLUDE] if chat.logprobs else None,
+        top_logprobs=chat.top_logprobs,
     )
 
 

@@ -23,6 +23,7 @@ from .events import (
     StreamError,
 )
 from .items import OutputFunctionCall, OutputMessage, OutputReasoning
+from .logprobs import Logprob
 from .responses import Response, Usage
 
 Choice = TypeVar("Choice", bound=BaseModel)
@@ -48,13 +49,20 @@ class ChatAnswer(BaseModel):
     reasoning_content: str | None = None
 
 
+class ChatLogprobs(BaseModel):
+    """A choice's logprobs (``logprobs: true``): one entry per token of the content."""
+
+    content: list[Logprob] | None
+    refusal: None = None
+
+
 class ChatChoice(BaseModel):
     """The one choice of a ``chat.completion``."""
 
     index: int = 0
     message: ChatAnswer
     finish_reason: Literal["stop", "length", "tool_calls"]
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class _ChatObject(BaseModel, Generic[Choice]):
@@ -92,7 +100,7 @@ class ChunkChoice(BaseModel):
     index: int = 0
     delta: ChunkDelta
     finish_reason: Literal["stop", "length", "tool_calls"] | None = None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionChunk(_ChatObject[ChunkChoice]):
@@ -136,18 +144,17 @@ def _finish_reason(status: str, calls: bool) -> Literal["stop", "length", "tool_
 
 def chat_completion(response: Response) -> ChatCompletion:
     """A final response as a ``chat.completion``."""
-    texts = [
-        part.text
-        for item in response.output
-        if isinstance(item, OutputMessage)
-        for part in item.content
+    parts = [
+        part for item in response.output if isinstance(item, OutputMessage) for part in item.content
     ]
+    texts = [part.text for part in parts]
     reasoning = [
         part.text
         for item in response.output
         if isinstance(item, OutputReasoning)
         for part in item.summary
     ]
+    logprobs = [part.logprobs for part in parts if part.logprobs is not None]
     calls = [
         ChatToolCall(
             id=item.call_id, function=ChatFunctionCall(name=item.name, arguments=item.arguments)
@@ -165,7 +172,13 @@ def chat_completion(response: Response) -> ChatCompletion:
         created=response.created_at,
         model=response.model,
         choices=[
-            ChatChoice(message=answer, finish_reason=_finish_reason(response.status, bool(calls)))
+            ChatChoice(
+                message=answer,
+                finish_reason=_finish_reason(response.status, bool(calls)),
+                logprobs=ChatLogprobs(content=[lp for part in logprobs for lp in part])
+                if logprobs
+                else None,
+            )
         ],
         usage=chat_usage(response.usage) if response.usage is not None else None,
     )
@@ -180,10 +193,25 @@ class ChunkTranslator:
         self._calls: dict[str, int] = {}  # function call item id → its tool_calls index
 
     def _chunk(
-        self, delta: ChunkDelta | None, finish_reason: Any = None, usage: Usage | None = None
+        self,
+        delta: ChunkDelta | None,
+        finish_reason: Any = None,
+        usage: Usage | None = None,
+        logprobs: list[Logprob] | None = None,
     ) -> ChatCompletionChunk:
-        """A chunk of the response: one choice adding ``delta``, or none (the usage alone)."""
-        choices = [] if delta is None else [ChunkChoice(delta=delta, finish_reason=finish_reason)]
+        """A chunk of the response: one choice adding ``delta`` (and the logprobs of its
+        tokens), or none (the usage alone)."""
+        choices = (
+            []
+            if delta is None
+            else [
+                ChunkChoice(
+                    delta=delta,
+                    finish_reason=finish_reason,
+                    logprobs=None if logprobs is None else ChatLogprobs(content=logprobs),
+                )
+            ]
+        )
         return ChatCompletionChunk(
             id=self.response.id,
             created=self.response.created_at,
@@ -202,7 +230,7 @@ class ChunkTranslator:
 
     def _of(self, data: EventData) -> list[ChatStreamFrame]:
         if isinstance(data, OutputTextDelta):
-            return [self._chunk(ChunkDelta(content=data.delta))]
+            return [self._chunk(ChunkDelta(content=data.delta), logprobs=data.logprobs)]
         if isinstance(data, ReasoningSummaryTextDelta):
             return [self._chunk(ChunkDelta(reasoning_content=data.delta))]
         if isinstance(data, OutputItemAdded) and isinstance(data.item, OutputFunctionCall):

@@ -6,10 +6,11 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .errors import Problem
 from .items import OutputItem, OutputText, SummaryText
+from .logprobs import Logprob, omitted_if_none
 from .responses import IncompleteDetails, Response, ResponseStatus, Usage
 
 
@@ -55,6 +56,8 @@ class OutputTextDelta(BaseModel):
     output_index: int
     content_index: int
     delta: str
+    #: The logprobs of the tokens of ``delta``, when asked for (11.1); left out otherwise.
+    logprobs: list[Logprob] | None = Field(default=None, exclude_if=omitted_if_none)
 
 
 class OutputTextDone(BaseModel):

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .logprobs import Logprob, omitted_if_none
+
 MAX_TEXT_CHARS = 4 * 1024 * 1024
 MAX_ITEMS = 10_000
 
@@ -29,6 +31,8 @@ class OutputText(_Strict):
     text: str = Field(max_length=MAX_TEXT_CHARS)
     #: Always empty here; accepted back as the SDKs send it (11.1, 11.4).
     annotations: list[Any] = Field(default_factory=list, max_length=MAX_ITEMS)
+    #: The tokens' logprobs, when asked for (``include``, 11.1); left out otherwise.
+    logprobs: list[Logprob] | None = Field(default=None, exclude_if=omitted_if_none)
 
 
 class ReservedPart(BaseModel):

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS, InputItem, InputMessage, InputText, ReservedPart
+from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -132,8 +133,13 @@ TopP = Annotated[float, Field(gt=0, le=1)]
 TopK = Annotated[int, Field(ge=1, le=1000)]
 MinP = Annotated[float, Field(ge=0, le=1)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+#: ``frequency_penalty`` and ``presence_penalty`` (OpenAI's range).
+Penalty = Annotated[float, Field(ge=-2, le=2)]
 #: The sampling fields, named alike in the Responses and Chat Completions requests.
-SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p", "seed", "stop"}
+SAMPLING_FIELDS = {
+    *("temperature", "top_p", "top_k", "min_p", "seed", "stop"),
+    *("frequency_penalty", "presence_penalty"),
+}
 
 
 class ResponseRequest(_Strict):
@@ -161,7 +167,11 @@ class ResponseRequest(_Strict):
     text: TextOptions | None = None
     parallel_tool_calls: bool | None = None
     background: bool = False
-    # Accepted and ignored (11.1).
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    #: Alternatives per token when ``include`` asks for logprobs (11.1).
+    top_logprobs: TopLogprobs | None = None
+    # Accepted and ignored (11.1), but for ``include``'s logprobs.
     user: str | None = Field(default=None, max_length=512)
     safety_identifier: str | None = Field(default=None, max_length=512)
     prompt_cache_key: str | None = Field(default=None, max_length=512)
@@ -185,6 +195,13 @@ class ResponseRequest(_Strict):
             if not _EXTENSION_KEY.match(key):
                 raise ValueError(f"extension key {key!r} is neither reverse-DNS nor an x- name")
         return value
+
+    def logprobs(self) -> int | None:
+        """How many alternatives each output token's logprob comes with, when ``include``
+        asks for logprobs; ``None`` when it does not."""
+        if LOGPROBS_INCLUDE not in (self.include or ()):
+            return None
+        return self.top_logprobs or 0
 
     def stop_sequences(self) -> tuple[str, ...]:
         """``stop`` as a tuple, empty when not given."""

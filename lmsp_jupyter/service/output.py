@@ -34,6 +34,7 @@ from ..protocol.items import (
     OutputText,
     SummaryText,
 )
+from ..protocol.logprobs import Logprob
 from ..protocol.requests import FunctionTool
 from .toolcalls import CALL_MARKERS, parse_calls
 
@@ -61,6 +62,7 @@ class OutputBuilder:
         reasoning: bool = False,
         thinking_open: bool = False,
         max_calls: int | None = None,
+        logprobs: bool = False,
     ) -> None:
         self.response_id = response_id
         self.mode = mode
@@ -81,11 +83,17 @@ class OutputBuilder:
         self._auto_decided = mode is not ContentMode.AUTO
         self._native: dict[int, tuple[int, OutputFunctionCall, list[str]]] = {}
         self._events: list[EventData] = []
+        #: Logprobs of the message text (``None``: not asked for), and of tokens fed whose
+        #: text has not reached an item yet.
+        self._logprobs: list[Logprob] | None = [] if logprobs else None
+        self._held_logprobs: list[Logprob] = []
 
     # --- feeding ------------------------------------------------------------------------
 
-    def feed(self, text: str) -> list[EventData]:
-        """The events of ``text`` (one token's text), generated after everything fed before."""
+    def feed(self, text: str, logprobs: Sequence[Logprob] = ()) -> list[EventData]:
+        """The events of ``text`` (one token's text, or a few tokens' with their
+        ``logprobs``), generated after everything fed before."""
+        self._held_logprobs += logprobs
         was_inside = self._think.inside
         pieces = self._think.feed(text)
         if all(is_reasoning for is_reasoning, _ in pieces) and (
@@ -210,6 +218,7 @@ class OutputBuilder:
                 )
             )
         self._reasoning.append(piece)
+        self._held_logprobs.clear()  # logprobs are the message text's alone
         self._events.append(
             ReasoningSummaryTextDelta(
                 **self._at(self._reasoning_index), summary_index=0, delta=piece
@@ -238,7 +247,7 @@ class OutputBuilder:
     def _open_text(self) -> None:
         self._text = []
         self._text_index = self._add(OutputMessage(id=new_id("msg")))
-        part = OutputText(text="")
+        part = OutputText(text="", logprobs=None if self._logprobs is None else [])
         self._events.append(
             ContentPartAdded(**self._at(self._text_index), content_index=0, part=part)
         )
@@ -248,8 +257,14 @@ class OutputBuilder:
             self._open_text()
         assert self._text is not None
         self._text.append(piece)
+        logprobs = None
+        if self._logprobs is not None:
+            logprobs, self._held_logprobs = self._held_logprobs, []
+            self._logprobs += logprobs
         self._events.append(
-            OutputTextDelta(**self._at(self._text_index), content_index=0, delta=piece)
+            OutputTextDelta(
+                **self._at(self._text_index), content_index=0, delta=piece, logprobs=logprobs
+            )
         )
 
     def _close_text(self) -> None:
@@ -258,7 +273,7 @@ class OutputBuilder:
         assert self._text is not None
         index, text = self._text_index, "".join(self._text)
         where = self._at(index)
-        part = OutputText(text=text)
+        part = OutputText(text=text, logprobs=self._logprobs)
         self._events.append(OutputTextDone(**where, content_index=0, text=text))
         self._events.append(ContentPartDone(**where, content_index=0, part=part))
         self._done(index, OutputMessage(id=where["item_id"], content=[part]))
@@ -284,6 +299,7 @@ class OutputBuilder:
     # --- a forced call: {"name": ..., "arguments": ...} streamed as argument deltas --------
 
     def _call_text(self, piece: str) -> None:
+        self._held_logprobs.clear()  # logprobs are the message text's alone
         self._raw += piece
         if self._call is None:
             head = _CALL_HEAD.match(self._raw)

@@ -51,6 +51,7 @@ from .conversation import chat_messages
 from .decoding import DecodingPlan, breach, plan
 from .engine_errors import engine_problem
 from .history import ResponseHistory
+from .logprobs import wire_logprobs
 from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
 from .queue import ModelQueue, Ticket
@@ -282,6 +283,7 @@ class ResponseService:
             reasoning=self.engine.thinks(run.entry) and not run.prompt.raw,
             thinking_open=run.prompt.text.rstrip().endswith(THINK_OPEN),
             max_calls=1 if run.request.parallel_tool_calls is False else None,
+            logprobs=run.request.logprobs() is not None,
         )
         run.output = output.items  # the response as it stands shows the items so far
         params = SamplingParams(
@@ -293,6 +295,9 @@ class ResponseService:
             seed=run.request.seed,
             stop=run.request.stop_sequences(),
             schema=run.plan.constraint,
+            frequency_penalty=run.request.frequency_penalty or 0.0,
+            presence_penalty=run.request.presence_penalty or 0.0,
+            top_logprobs=run.request.logprobs(),
             forced_tools=tuple(tool.name for tool in run.plan.callable_tools)
             if run.plan.mode is ContentMode.FORCED_CALL
             else (),
@@ -302,7 +307,7 @@ class ResponseService:
         try:
             async for generated in self.engine.generate(run.entry, run.prompt, params, cancel):
                 if isinstance(generated, TextDelta):
-                    pending = output.feed(generated.text)
+                    pending = output.feed(generated.text, wire_logprobs(generated.logprobs))
                     for data in pending:
                         yield event(data)
                 elif isinstance(generated, ReasoningDelta):

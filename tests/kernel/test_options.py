@@ -60,6 +60,10 @@ def test_cell_magic_takes_the_prompt_from_the_body() -> None:
         ("--max-tokens ten hi", "--max-tokens takes a whole number ≥ 1, not 'ten'"),
         ("--temperature 2.5 hi", "--temperature takes a number from 0 to 2, not '2.5'"),
         ("--temperature warm hi", "--temperature takes a number from 0 to 2, not 'warm'"),
+        ("--frequency-penalty 3 hi", "--frequency-penalty takes a number from -2 to 2, not '3'"),
+        ("--presence-penalty nan hi", "--presence-penalty takes a number from -2 to 2, not 'nan'"),
+        ("--logprobs 21 hi", "--logprobs takes a whole number from 0 to 20, not '21'"),
+        ("--logprobs -1 hi", "--logprobs takes a whole number from 0 to 20, not '-1'"),
         ("--system 'Be brief. hi", "--system: the quote ' is not closed"),
         ('--json {"type": } hi', "--json: not valid JSON: Expecting value at column 17"),
         ("--max-tokens 3", "the ask has no prompt"),
@@ -121,6 +125,19 @@ def test_a_plain_ask_is_one_user_message_stored_for_continuation() -> None:
         "model": "m",
         "input": [{"type": "message", "role": "user", "content": "Hi Ada"}],
         "store": True,
+    }
+
+
+def test_penalties_and_logprobs_in_the_request() -> None:
+    line = "--frequency-penalty 1.5 --presence-penalty -0.5 --logprobs 3 Count: one, two,"
+    assert request_of(line) == {
+        "model": "m",
+        "input": [{"type": "message", "role": "user", "content": "Count: one, two,"}],
+        "store": True,
+        "frequency_penalty": 1.5,
+        "presence_penalty": -0.5,
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 3,
     }
 
 

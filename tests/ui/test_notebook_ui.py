@@ -120,3 +120,29 @@ def test_a_reload_mid_stream_continues_without_duplicates(
     check_view(notebook, 1)
     assert ui.normalized(notebook.message(1)) == ui.normalized(ui.server_text(lab, task))
     print(f"\nthe task was {status_at_reload} at the reload")
+
+
+def test_the_probabilities_toggle_shades_each_token(browser: Browser, lab: LiveServer) -> None:
+    ask = "%lmsp ask --max-tokens 16 --temperature 0 --logprobs 3 The capital of France is"
+    notebook = ui.open_notebook(browser, lab, ui.write_notebook(lab, "shade.ipynb", ui.LOAD, ask))
+    notebook.run(0)
+    notebook.run(1)
+    assert notebook.wait_final(1) in ("completed", "incomplete")
+    text = notebook.message(1)
+    toggle = notebook.cell(1).locator(".lmsp-shade")
+    assert toggle.is_visible()
+    toggle.click()
+    tokens = notebook.cell(1).locator(".lmsp-token")
+    notebook.wait_until(lambda: tokens.count() > 0, 30, "the shaded tokens")
+    shown = tokens.all_text_contents()
+    result = ui.server_task(lab, notebook.task_id(1))["result"]
+    assert "".join(shown) == ui.server_text(lab, notebook.task_id(1))
+    assert len(shown) == result["usage"]["output_tokens"]
+    titles = [tokens.nth(i).get_attribute("title") or "" for i in range(tokens.count())]
+    assert all("%" in title for title in titles)
+    check_view(notebook, 1)
+    tokens.first.hover()
+    notebook.screenshot(f"shading-{mode(lab)}.png")
+    toggle.click()
+    notebook.wait_until(lambda: tokens.count() == 0, 30, "the text again")
+    assert ui.normalized(notebook.message(1)) == ui.normalized(text)

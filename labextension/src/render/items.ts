@@ -1,9 +1,11 @@
 /**
  * The DOM of a round's output items, updated in place: a running message gets its deltas
  * appended to a text node and its Markdown re-rendered at most once per frame; a function
- * call shows its arguments, output and, while it waits for the user, Approve and Deny.
+ * call shows its arguments, output and, while it waits for the user, Approve and Deny. With
+ * `shading` on, a message that has logprobs shows its tokens shaded by probability instead.
  */
 import { renderMarkdown, textEnd } from './markdown';
+import { renderShaded } from './shading';
 import type { IItemView, IRoundView } from './reducer';
 import type { IToolCallState } from './types';
 import { element } from './dom';
@@ -15,6 +17,8 @@ interface IMessageDom {
   shown: string;
   /** Whether the node holds `shown` rendered as Markdown (no pending tail). */
   rendered: boolean;
+  /** How many shaded tokens the node shows; -1 while it shows the text. */
+  shadedTokens: number;
 }
 
 interface IItemDom {
@@ -44,6 +48,8 @@ function prettyArguments(text: string): string {
 export class ItemsDom {
   /** Whether Approve and Deny may be clicked. */
   actionsEnabled = true;
+  /** Whether messages with logprobs show their tokens shaded by probability. */
+  shading = false;
 
   private readonly _decide: (callId: string, decision: 'approve' | 'deny') => void;
   private readonly _requestFrame: (callback: () => void) => void;
@@ -101,7 +107,11 @@ export class ItemsDom {
       node.append(tail);
       node.dataset.type = 'message';
       node.dataset.itemId = item.id;
-      return { node, key: '', message: { node, tail, shown: '', rendered: true } };
+      return {
+        node,
+        key: '',
+        message: { node, tail, shown: '', rendered: true, shadedTokens: -1 }
+      };
     }
     if (item.type === 'reasoning') {
       const node = element('details', 'lmsp-reasoning');
@@ -121,6 +131,22 @@ export class ItemsDom {
   }
 
   private _updateMessage(dom: IMessageDom, item: IItemView): void {
+    dom.node.classList.toggle('lmsp-running', !item.done);
+    if (this.shading && item.logprobs?.length) {
+      if (dom.shadedTokens !== item.logprobs.length) {
+        this._dirtyMessages.delete(dom);
+        renderShaded(dom.node, item.logprobs);
+        dom.shadedTokens = item.logprobs.length;
+      }
+      return;
+    }
+    if (dom.shadedTokens >= 0) {
+      // back to the text: drawn again from the start
+      dom.shadedTokens = -1;
+      dom.tail = document.createTextNode('');
+      dom.node.replaceChildren(dom.tail);
+      dom.shown = '';
+    }
     if (item.text.startsWith(dom.shown)) {
       const delta = item.text.slice(dom.shown.length);
       if (delta) {
@@ -132,7 +158,6 @@ export class ItemsDom {
       dom.shown = item.text;
       dom.rendered = false;
     }
-    dom.node.classList.toggle('lmsp-running', !item.done);
     if (dom.rendered) {
       return;
     }

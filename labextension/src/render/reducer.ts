@@ -1,7 +1,15 @@
 /**
  * A pure reducer from LMSP events to the view of one round (one task's response).
  */
-import type { OutputItem, IProblem, IResponse, ResponseStatus, ITaskEvent, IUsage } from './types';
+import type {
+  ILogprob,
+  OutputItem,
+  IProblem,
+  IResponse,
+  ResponseStatus,
+  ITaskEvent,
+  IUsage
+} from './types';
 
 /** One output item as far as it has arrived. */
 export interface IItemView {
@@ -13,6 +21,8 @@ export interface IItemView {
   readonly done: boolean;
   readonly name?: string;
   readonly callId?: string;
+  /** A message's token logprobs, when the request asked for them. */
+  readonly logprobs?: readonly ILogprob[];
 }
 
 /** When deltas arrived, to tell tokens per second; times in ms of the host's clock. */
@@ -64,8 +74,13 @@ function partsText(parts: readonly { text?: string | null }[] | null | undefined
 export function itemView(item: OutputItem, outputIndex: number, done: boolean): IItemView {
   const shared = { id: item.id, type: item.type, outputIndex, done };
   switch (item.type) {
-    case 'message':
-      return { ...shared, text: partsText(item.content) };
+    case 'message': {
+      const parts = item.content ?? [];
+      const logprobs = parts.some(part => Array.isArray(part.logprobs))
+        ? parts.flatMap(part => part.logprobs ?? [])
+        : undefined;
+      return { ...shared, text: partsText(parts), ...(logprobs ? { logprobs } : {}) };
+    }
     case 'reasoning':
       return { ...shared, text: partsText(item.summary) };
     case 'function_call':
@@ -107,7 +122,8 @@ function placeItem(items: readonly IItemView[], next: IItemView): IItemView[] {
 function appendText(
   items: readonly IItemView[],
   itemId: unknown,
-  delta: unknown
+  delta: unknown,
+  logprobs: unknown
 ): IItemView[] | null {
   if (typeof delta !== 'string') {
     return null;
@@ -116,7 +132,15 @@ function appendText(
   if (at < 0 || items[at].done) {
     return null;
   }
-  return items.map((item, i) => (i === at ? { ...item, text: item.text + delta } : item));
+  return items.map((item, i) => {
+    if (i !== at) {
+      return item;
+    }
+    const next = { ...item, text: item.text + delta };
+    return Array.isArray(logprobs)
+      ? { ...next, logprobs: [...(item.logprobs ?? []), ...(logprobs as ILogprob[])] }
+      : next;
+  });
 }
 
 function usageOf(data: Record<string, unknown>): IUsage | null {
@@ -149,7 +173,7 @@ function applyOne(round: IRoundView, event: ITaskEvent): IRoundView {
     case 'response.output_text.delta':
     case 'response.reasoning_summary_text.delta':
     case 'response.function_call_arguments.delta': {
-      const items = appendText(round.items, data.item_id, data.delta);
+      const items = appendText(round.items, data.item_id, data.delta, data.logprobs);
       return items ? { ...round, items, deltas: round.deltas + 1 } : round;
     }
     case 'response.completed':

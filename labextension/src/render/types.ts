@@ -26,9 +26,23 @@ export interface IUsage {
   total_tokens: number;
 }
 
+/** One of the most likely tokens at a position (11.1, OpenAI's shape). */
+export interface ITopLogprob {
+  token: string;
+  logprob: number;
+  bytes?: number[] | null;
+}
+
+/** An output token's logprob and the most likely tokens at its position, most likely first. */
+export interface ILogprob extends ITopLogprob {
+  top_logprobs?: ITopLogprob[];
+}
+
 export interface IOutputText {
   type: 'output_text';
   text: string;
+  /** Present when the request asked for logprobs (`include`, `--logprobs N`). */
+  logprobs?: ILogprob[] | null;
 }
 
 export interface IOutputMessage {

@@ -53,6 +53,7 @@ export class AnswerView {
   private readonly _rate = element('span', 'lmsp-rate');
   private readonly _taskId = element('code', 'lmsp-task-id');
   private readonly _stop = element('button', 'lmsp-stop jp-mod-styled');
+  private readonly _shade = element('button', 'lmsp-shade jp-mod-styled');
   private readonly _note = element('div', 'lmsp-note');
   private readonly _error = element('div', 'lmsp-error');
   private readonly _roundsNode = element('div', 'lmsp-rounds');
@@ -80,7 +81,26 @@ export class AnswerView {
       this._stop.disabled = true;
       this._actions.stop();
     });
-    header.append(this._status, this._model, this._usage, this._rate, this._taskId, this._stop);
+    this._shade.type = 'button';
+    this._shade.textContent = this._trans.__('Probabilities');
+    this._shade.title = this._trans.__(
+      'Shade each token by its probability; hover a token for the likeliest alternatives'
+    );
+    this._shade.setAttribute('aria-pressed', 'false');
+    this._shade.addEventListener('click', () => {
+      this._items.shading = !this._items.shading;
+      this._shade.setAttribute('aria-pressed', String(this._items.shading));
+      this._update();
+    });
+    header.append(
+      this._status,
+      this._model,
+      this._usage,
+      this._rate,
+      this._taskId,
+      this._shade,
+      this._stop
+    );
     this.node.append(header, this._roundsNode, this._error, this._note);
   }
 
@@ -135,6 +155,7 @@ export class AnswerView {
     const rate = answer.tokensPerSecond();
     this._rate.textContent = rate === null ? '' : formatRate(rate);
     this._stop.hidden = !answer.isRunning();
+    this._shade.hidden = !rounds.some(round => round.items.some(item => item.logprobs?.length));
     this._stop.disabled = this._stopSent || !this._actionsEnabled;
     this._updateRounds(rounds, state.tool_calls);
     this._error.textContent = state.error
