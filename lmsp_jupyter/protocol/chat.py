@@ -19,6 +19,8 @@ from .items import (
     InputItem,
     InputMessage,
 )
+from .models import EXTENSION_KEY
+from .prediction import Prediction
 from .requests import (
     SAMPLING_FIELDS,
     FunctionTool,
@@ -200,6 +202,9 @@ class ChatCompletionRequest(_Strict):
     parallel_tool_calls: bool | None = None
     response_format: ChatResponseFormat | None = None
     metadata: Metadata | None = None
+    prediction: Prediction | None = Field(
+        default=None, description="The answer as expected, mostly: verified, never copied."
+    )
     # Accepted and ignored.
     user: str | None = Field(default=None, max_length=512)
     store: bool | None = None
@@ -236,6 +241,11 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
         tool_choice=_tool_choice(chat),
         parallel_tool_calls=chat.parallel_tool_calls,
         metadata=chat.metadata,
+        extensions=(
+            {EXTENSION_KEY: {"prediction": chat.prediction.model_dump()}}
+            if chat.prediction is not None
+            else None
+        ),
     )
 
 
@@ -247,7 +257,7 @@ def chat_param(chat: ChatCompletionRequest, param: str | None) -> str | None:
         return "max_tokens" if chat.max_completion_tokens is None else "max_completion_tokens"
     if param.startswith("input"):
         return "messages"  # one message may have become several items
-    return param
+    return param.removeprefix(f"extensions.{EXTENSION_KEY}.")
 
 
 def _text(content: ChatContent | None, param: str) -> str:
