@@ -317,6 +317,8 @@ class RemoteEngine:
         body.update({key: value for key, value in sampling.items() if value is not None})
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.prediction and params.speculation and self.server.predicted_outputs:
+            body["prediction"] = {"type": "content", "content": params.prediction}
         if prompt.tools:
             body["tools"] = [tool.as_template_dict() for tool in prompt.tools]
         if len(params.forced_tools) == 1:
