@@ -10,6 +10,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from pydantic import BaseModel
 
+from ..protocol.models import EXTENSION_KEY
 from .options import AskOptions
 from .tools import Tool
 
@@ -63,6 +64,9 @@ def ask_request(
         request["tool_choice"] = tool_choice(options.tool_choice, options.tools, tools, namespace)
     if previous_response_id is not None:
         request["previous_response_id"] = previous_response_id
+    if options.prediction is not None:
+        prediction = {"type": "content", "content": fill(options.prediction, namespace)}
+        request["extensions"] = {EXTENSION_KEY: {"prediction": prediction}}
     request["model"] = options.model or default_model()
     return request, tools
 
