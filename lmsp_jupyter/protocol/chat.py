@@ -20,7 +20,6 @@ from .items import (
     InputMessage,
 )
 from .models import EXTENSION_KEY
-from .prediction import Prediction
 from .requests import (
     SAMPLING_FIELDS,
     FunctionTool,
@@ -58,6 +57,23 @@ class ReservedChatPart(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     type: Literal["image_url", "input_audio", "file"]
+
+
+class Prediction(_Strict):
+    """``{"type": "content", "content": ...}``: the answer as the caller expects it (the code
+    being edited, say); the engine verifies it a stretch at a time."""
+
+    type: Literal["content"]
+    content: (
+        Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+        | Annotated[list[TextPart], Field(max_length=MAX_ITEMS)]
+    )
+
+    def text(self) -> str:
+        """The predicted text, its parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
 
 
 ChatContent = (

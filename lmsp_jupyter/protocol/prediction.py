@@ -4,46 +4,20 @@ switch that turns speculation off for one request. The text is the same with or 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .chat import Prediction
 from .errors import LmspError
-from .items import MAX_ITEMS, MAX_TEXT_CHARS
 from .models import EXTENSION_KEY
 from .requests import validate_request
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class PredictionText(_Strict):
-    """A text part of a prediction."""
-
-    type: Literal["text"]
-    text: str = Field(max_length=MAX_TEXT_CHARS)
-
-
-class Prediction(_Strict):
-    """``{"type": "content", "content": ...}``: the answer as the caller expects it (the code
-    being edited, say); the engine verifies it a stretch at a time."""
-
-    type: Literal["content"]
-    content: (
-        Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
-        | Annotated[list[PredictionText], Field(max_length=MAX_ITEMS)]
-    )
-
-    def text(self) -> str:
-        """The predicted text, its parts joined."""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
-
-
-class Speculation(_Strict):
+class Speculation(BaseModel):
     """What a request asks of speculation under ``extensions["x-lmsp-jupyter"]``."""
+
+    model_config = ConfigDict(strict=True)
 
     prediction: Prediction | None = None
     speculation: bool = True
