@@ -185,3 +185,24 @@ def test_a_sequence_drafts_only_when_its_acceptance_pays_for_the_pass(
 def test_expected_accepted_tokens_stop_at_the_first_miss() -> None:
     assert expected_accepted(1.0, 5) == 5
     assert expected_accepted(0.5, 2) == 0.75
+
+
+async def test_a_stop_string_inside_an_accepted_draft_ends_where_it_would_without_drafts(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompt = prompt_of(tokenizer, COPYING[0])
+    engines = {spec: new_engine(1, spec) for spec in (False, True)}
+    try:
+        full, _ = await generate(engines[False], entry, prompt, GREEDY)
+        stop = full[len(full) // 2 : len(full) // 2 + 3]  # from the answer's second half
+        params = SamplingParams(max_tokens=TOKENS, temperature=0.0, stop=(stop,))
+        off, off_done = await generate(engines[False], entry, prompt, params)
+        on, on_done = await generate(engines[True], entry, prompt, params)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    assert stop.strip() and stop not in on
+    assert on == off == full[: full.index(stop)]
+    assert (on_done.reason, on_done.output_tokens) == (off_done.reason, off_done.output_tokens)
+    assert on_done.reason == "stop"
+    assert on_done.accepted_draft_tokens > 0
