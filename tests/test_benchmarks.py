@@ -75,6 +75,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         [],
         ["bundled model, 16 tokens", "decode: 1 token beside 7 sequences ", "48 prompt tokens "],
     ),
+    "speculation": (
+        "--tokens 6 --rounds 1 --streams 2 --tasks 1",
+        ["kind raw off on on/off on/raw drafted"],
+        ["code_edit+prediction ", "follow_up ", "free ", "2 streams, tok/s "],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],

@@ -195,6 +195,19 @@ describe('AnswerView', () => {
     expect(text(view, '.lmsp-usage')).toBe('5 in · 40 out');
   });
 
+  it('says how many output tokens were verified from drafts', () => {
+    const view = streaming();
+    const done = completed(5, 40);
+    const usage = { input_tokens: 5, output_tokens: 40, total_tokens: 45 };
+    const drafted = { ...usage, extensions: { 'x-lmsp-jupyter': { accepted_draft_tokens: 25 } } };
+    view.applyEvents(TASK, [
+      textDelta(3, 'a'),
+      messageDone(4, 'a'),
+      { ...done, data: { ...done.data, usage: drafted } }
+    ]);
+    expect(text(view, '.lmsp-usage')).toBe('5 in · 40 out (25 drafted)');
+  });
+
   it('shows the tokens per second the kernel timed for a saved round, and none without', () => {
     const saved = (seconds: number | null) =>
       state({

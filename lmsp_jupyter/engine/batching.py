@@ -9,6 +9,10 @@ A request joins at the next step; one that is cancelled while it waits never rea
 model. A finished sequence leaves its tokens in its slot's cache, and the next request whose
 prompt starts with them (the same system prompt, or a conversation continued with the answer)
 evaluates only what is new.
+A sequence whose next tokens can be guessed (from a caller's prediction, or from its own
+context: ``engine/speculation.py``) reads its token and the guessed ones in a pass of its own;
+each position is sampled in order from its own logits, as it would have been one pass at a time,
+and the guesses are kept only while they are what was sampled.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from .generation import (
     TokenLogprob,
 )
 from .llama import BatchToken, LlamaModel, TokenSampler
-from .passes import decode_pass, lone_token_needs_pad, pass_size
+from .passes import PASS_MAX, decode_pass, lone_token_needs_pad, pass_size
+from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText
 from .work import GenerationRequest, WorkerSettings
 
@@ -78,6 +83,9 @@ class _Sequence:
     generated: int = 0
     #: Logprobs of the tokens whose text is still held back (asked for in ``top_logprobs``).
     held_logprobs: list[TokenLogprob] = field(default_factory=list)
+    #: Its drafts, when it may speculate.
+    drafter: Drafter | None = None
+    done: bool = False
 
     @property
     def pending(self) -> int:
@@ -232,7 +240,15 @@ class ModelWorker:
             request.emit(GenerationDone("context_length", len(prompt), 0))
             return None
         sampler = model.sampler(request.params, request.matcher)
-        return _Sequence(request, sampler, limit, list(prompt), HeldText(request.params.stop))
+        tokens = list(prompt)
+        drafter = None
+        # Schema-constrained sequences do not draft: their matcher would have to check each
+        # drafted token in turn.
+        if self.settings.speculation and request.params.speculation and request.matcher is None:
+            drafter = Drafter(tokens, request.prediction)
+        return _Sequence(
+            request, sampler, limit, tokens, HeldText(request.params.stop), drafter=drafter
+        )
 
     def _place(self, sequence: _Sequence) -> None:
         """Give ``sequence`` the free slot whose cache shares the longest prefix with it."""
@@ -278,14 +294,64 @@ class ModelWorker:
                 self._prompt_pass(sequence, size)
                 budget -= size
         singles: dict[int, _Sequence] = {}
+        drafts: list[tuple[_Sequence, Draft, int]] = []
+        sharing = sum(1 for s in decoding if s.pending == 1)
         for sequence in decoding:
-            if sequence.pending == 1:
+            if sequence.pending != 1:
+                self._forced_passes(sequence)
+                continue
+            planned = self._draft(sequence, sharing)
+            if planned is None:
                 singles[_slot_id(sequence)] = sequence
             else:
-                self._forced_passes(sequence)
+                drafts.append((sequence, *planned))
+                sharing -= 1
         if singles:
             ids = sorted(singles)
             self._decode_pass(decode_pass(ids, len(self._slots[ids[0]].tokens)), singles)
+        for sequence, draft, size in drafts:
+            self._speculative_pass(sequence, draft, size)
+
+    @staticmethod
+    def _draft(sequence: _Sequence, sharing: int) -> tuple[Draft, int] | None:
+        """The draft ``sequence`` verifies this step and how many of its tokens, when that is
+        faster than reading its token beside the ``sharing`` sequences (itself among them)."""
+        drafter = sequence.drafter
+        if drafter is None:
+            return None
+        left = sequence.limit - sequence.generated  # tokens it may still produce
+        draft = drafter.draft(min(MOST_DRAFTED, PASS_MAX - 1, left - 1))
+        if draft is None:
+            drafter.idle()
+            return None
+        size = drafter.size(draft, sharing)
+        return (draft, size) if size else None
+
+    def _speculative_pass(self, sequence: _Sequence, draft: Draft, size: int) -> None:
+        """Evaluate ``sequence``'s sampled token and the first ``size`` tokens of ``draft``
+        after it in one pass of its own, then sample position after position while the draft
+        is what was sampled; the cache of the positions after that is dropped."""
+        assert self._model is not None and sequence.slot is not None
+        assert sequence.drafter is not None
+        slot = sequence.slot
+        start = len(slot.tokens)
+        inputs = [sequence.tokens[start], *draft.tokens[:size]]
+        self._model.decode(
+            [BatchToken(token, start + i, slot.id, True) for i, token in enumerate(inputs)]
+        )
+        slot.tokens.append(inputs[0])
+        for row in range(size + 1):
+            sampled = sequence.sampler.next(row)
+            same = False
+            if row < size:
+                guess = inputs[row + 1]
+                same = sampled == [guess] and not self._model.ends(guess)
+                sequence.drafter.observe(draft, same)
+            self._advance(sequence, sampled)
+            if not same or sequence.done:
+                break
+            slot.tokens.append(inputs[row + 1])
+        self._model.forget(slot.id, len(slot.tokens))
 
     def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
         """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass; sample it once
@@ -403,8 +469,10 @@ class ModelWorker:
                 prompt_tokens=len(request.prompt.tokens),
                 output_tokens=sequence.generated,
                 cached_tokens=sequence.cached_tokens,
+                **_draft_usage(sequence.drafter),
             )
         )
+        sequence.done = True
         sequence.sampler.close()
         self._running.remove(sequence)
         if sequence.slot is not None:
@@ -434,3 +502,14 @@ class ModelWorker:
 def _slot_id(sequence: _Sequence) -> int:
     assert sequence.slot is not None
     return sequence.slot.id
+
+
+def _draft_usage(drafter: Drafter | None) -> dict[str, int]:
+    """What a sequence's ``GenerationDone`` says of its drafts."""
+    if drafter is None:
+        return {}
+    return {
+        "accepted_draft_tokens": drafter.accepted,
+        "accepted_prediction_tokens": drafter.accepted_prediction,
+        "rejected_prediction_tokens": drafter.rejected_prediction,
+    }

@@ -104,6 +104,12 @@ class SamplingParams:
     #: Report each output token's logprob and this many most likely alternatives (0-20);
     #: ``None``: no logprobs (computing them costs a pass over the vocabulary per token).
     top_logprobs: int | None = None
+    #: Text the answer is expected to be, mostly (OpenAI's predicted outputs): the engine may
+    #: verify it a stretch at a time instead of generating token by token; the answer is the
+    #: same.
+    prediction: str | None = None
+    #: Whether the engine may verify drafted tokens (predicted or from the context) at all.
+    speculation: bool = True
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,12 @@ class GenerationDone:
     output_tokens: int
     #: Prompt tokens served from a cached prefix instead of being evaluated.
     cached_tokens: int = 0
+    #: Output tokens that came from drafts verified in one pass (predicted or from the context).
+    accepted_draft_tokens: int = 0
+    #: Tokens of the prediction (``SamplingParams.prediction``) verified and kept, and
+    #: verified and not kept.
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -348,6 +348,8 @@ class RemoteEngine:
         body.update(_penalties_and_logprobs(params))
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.prediction and params.speculation and self.server.predicted_outputs:
+            body["prediction"] = {"type": "content", "content": params.prediction}
         if prompt.tools:
             body["tools"] = [tool.as_template_dict() for tool in prompt.tools]
         if len(params.forced_tools) == 1:

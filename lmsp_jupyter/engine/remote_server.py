@@ -40,6 +40,9 @@ class RemoteServer(BaseModel):
     #: ``{"type": "json_object", "schema": ...}`` (llama-cpp-python's server); ``auto`` tries
     #: the first and falls back to the second when the server refuses it.
     structured_output: StructuredOutput = "auto"
+    #: Whether the server takes Chat Completions' ``prediction`` (predicted outputs): sent on
+    #: only then, dropped otherwise (the answer is the same without it).
+    predicted_outputs: bool = False
     #: Retries of a request the server has not started answering (refused, 502–504).
     retries: int = Field(default=2, ge=0, le=len(RETRY_DELAYS))
     #: Requests sent to the server at once, per model; more wait in this service's line.

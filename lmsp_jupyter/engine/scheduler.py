@@ -58,6 +58,9 @@ class EngineSettings:
     batch_size: int = 512
     #: Sequences of one model decoding at once; more requests wait.
     parallel: int = DEFAULT_PARALLEL
+    #: Whether sequences verify drafted tokens (predicted, or from their context) in one pass;
+    #: the text is the same either way.
+    speculation: bool = True
 
 
 class _Tokenizing:
@@ -89,6 +92,10 @@ class _Tokenizing:
     def matcher(self, schema: Any) -> SchemaMatcher:
         """A sequence's matcher of ``schema``; runs on the tokenizer thread."""
         return self._tokenizer()[1].schemas.matcher(schema)
+
+    def tokenize(self, text: str) -> tuple[int, ...]:
+        """The tokens of ``text``, as the model would write it; runs on the tokenizer thread."""
+        return tuple(self._tokenizer()[1].tokenize(text))
 
     def _tokenizer(self) -> tuple[ChatTemplate, LlamaTokenizer]:
         if self._template is None:
@@ -141,6 +148,7 @@ class Engine(LoggingConfigurable):
                     parallel=self.settings.parallel,
                     threads=self.settings.threads,
                     batch_size=self.settings.batch_size,
+                    speculation=self.settings.speculation,
                 )
                 worker = self._workers[entry.id] = ModelWorker(entry, settings)
             return worker
@@ -237,13 +245,21 @@ class Engine(LoggingConfigurable):
                 )
             except GrammarError as exc:
                 raise EngineError(str(exc)) from None
+        prediction: tuple[int, ...] = ()
+        if params.prediction and params.speculation and self.settings.speculation:
+            tokenizing = self._tokenizing(entry)
+            prediction = await loop.run_in_executor(
+                tokenizing.executor, tokenizing.tokenize, params.prediction
+            )
         queue: asyncio.Queue[GenerationEvent | BaseException] = asyncio.Queue()
 
         def emit(event: GenerationEvent | BaseException) -> None:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        self._worker(entry).submit(GenerationRequest(prompt, params, cancel, emit, matcher))
+        self._worker(entry).submit(
+            GenerationRequest(prompt, params, cancel, emit, matcher, prediction)
+        )
         finished = False
         try:
             while not finished:

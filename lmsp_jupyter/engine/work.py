@@ -18,6 +18,8 @@ class WorkerSettings:
     parallel: int
     threads: int
     batch_size: int
+    #: Whether sequences verify drafted tokens (``engine/speculation.py``).
+    speculation: bool = True
 
 
 @dataclass(frozen=True)
@@ -30,3 +32,5 @@ class GenerationRequest:
     emit: Callable[[GenerationEvent | BaseException], None]
     #: Where the sequence stands in ``params.schema``, when it has one.
     matcher: SchemaMatcher | None = None
+    #: The tokens of the text the caller expects the answer to be (``SamplingParams.prediction``).
+    prediction: tuple[int, ...] = ()

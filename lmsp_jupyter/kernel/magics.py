@@ -41,7 +41,9 @@ class LmspMagics(Magics):
         --json NAME|JSON (a JSON Schema dict or pydantic model in the namespace, or a schema),
         --tools f,g (functions decorated with @lmsp_jupyter.tool),
         --tool-choice auto|required|none|NAME (the first round only), --continue (from the
-        previous answer). {name} in the prompt and the system text is the value of ``name``.
+        previous answer), --prediction TEXT (the answer as expected, mostly, such as the code
+        being edited: the model verifies it a stretch at a time, faster, same answer).
+        {name} in the prompt, the system text and the prediction is the value of ``name``.
         IPython reads a line ending in "?" as a request for help: ask questions with %%lmsp.
         The value is an Answer: .text, .logprobs, .output, .response, .wait(), .approve(),
         .deny(), .cancel().

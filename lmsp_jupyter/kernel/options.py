@@ -22,6 +22,7 @@ _VALUED = (
     "--json",
     "--tools",
     "--tool-choice",
+    "--prediction",
 )
 _FLAGS = ("--continue",)
 _OPTION = re.compile(r"--[A-Za-z-]*")
@@ -44,6 +45,8 @@ class AskOptions:
     tools: tuple[str, ...] = ()
     tool_choice: str | None = None
     continue_: bool = False
+    #: The answer as expected, mostly (the code being edited): verified, never copied.
+    prediction: str | None = None
 
 
 def parse_ask(line: str, body: str | None = None) -> AskOptions:
@@ -98,6 +101,7 @@ def _options(prompt: str, given: dict[str, str]) -> AskOptions:
         tools=tools,
         tool_choice=given.get("--tool-choice"),
         continue_="--continue" in given,
+        prediction=given.get("--prediction"),
     )
 
 

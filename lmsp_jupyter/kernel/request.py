@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from pydantic import BaseModel
 
 from ..protocol.logprobs import LOGPROBS_INCLUDE
+from ..protocol.models import EXTENSION_KEY
 from .options import AskOptions
 from .tools import Tool
 
@@ -69,6 +70,9 @@ def ask_request(
         request["tool_choice"] = tool_choice(options.tool_choice, options.tools, tools, namespace)
     if previous_response_id is not None:
         request["previous_response_id"] = previous_response_id
+    if options.prediction is not None:
+        prediction = {"type": "content", "content": fill(options.prediction, namespace)}
+        request["extensions"] = {EXTENSION_KEY: {"prediction": prediction}}
     request["model"] = options.model or default_model()
     return request, tools
 

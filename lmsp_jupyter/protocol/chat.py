@@ -20,6 +20,7 @@ from .items import (
     InputMessage,
 )
 from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
+from .models import EXTENSION_KEY
 from .requests import (
     SAMPLING_FIELDS,
     FunctionTool,
@@ -58,6 +59,23 @@ class ReservedChatPart(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     type: Literal["image_url", "input_audio", "file"]
+
+
+class Prediction(_Strict):
+    """``{"type": "content", "content": ...}``: the answer as the caller expects it (the code
+    being edited, say); the engine verifies it a stretch at a time."""
+
+    type: Literal["content"]
+    content: (
+        Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+        | Annotated[list[TextPart], Field(max_length=MAX_ITEMS)]
+    )
+
+    def text(self) -> str:
+        """The predicted text, its parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
 
 
 ChatContent = (
@@ -206,6 +224,9 @@ class ChatCompletionRequest(_Strict):
     presence_penalty: Penalty | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
+    prediction: Prediction | None = Field(
+        default=None, description="The answer as expected, mostly: verified, never copied."
+    )
     # Accepted and ignored.
     user: str | None = Field(default=None, max_length=512)
     store: bool | None = None
@@ -245,6 +266,11 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
         metadata=chat.metadata,
         include=[LOGPROBS_INCLUDE] if chat.logprobs else None,
         top_logprobs=chat.top_logprobs,
+        extensions=(
+            {EXTENSION_KEY: {"prediction": chat.prediction.model_dump()}}
+            if chat.prediction is not None
+            else None
+        ),
     )
 
 
@@ -256,7 +282,7 @@ def chat_param(chat: ChatCompletionRequest, param: str | None) -> str | None:
         return "max_tokens" if chat.max_completion_tokens is None else "max_completion_tokens"
     if param.startswith("input"):
         return "messages"  # one message may have become several items
-    return param
+    return param.removeprefix(f"extensions.{EXTENSION_KEY}.")
 
 
 def _text(content: ChatContent | None, param: str) -> str:

@@ -24,6 +24,8 @@ from .events import (
 )
 from .items import OutputFunctionCall, OutputMessage, OutputReasoning
 from .logprobs import Logprob
+from .models import EXTENSION_KEY
+from .prediction import UsageExtension
 from .responses import Response, Usage
 
 Choice = TypeVar("Choice", bound=BaseModel)
@@ -124,14 +126,17 @@ ChatStreamFrame = ChatCompletionChunk | ChatStreamError | ChatStreamDone
 
 
 def chat_usage(usage: Usage) -> ChatUsage:
-    """Usage in Chat Completions' words."""
+    """Usage in Chat Completions' words (with OpenAI's counts of predicted tokens)."""
+    own = (usage.extensions or {}).get(EXTENSION_KEY, UsageExtension())
     return ChatUsage(
         prompt_tokens=usage.input_tokens,
         completion_tokens=usage.output_tokens,
         total_tokens=usage.total_tokens,
         prompt_tokens_details={"cached_tokens": usage.input_tokens_details.cached_tokens},
         completion_tokens_details={
-            "reasoning_tokens": usage.output_tokens_details.reasoning_tokens
+            "reasoning_tokens": usage.output_tokens_details.reasoning_tokens,
+            "accepted_prediction_tokens": own.accepted_prediction_tokens,
+            "rejected_prediction_tokens": own.rejected_prediction_tokens,
         },
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field, model_serializer
 
@@ -25,7 +25,7 @@ Scope = Literal[
 ]
 ModelStatus = Literal["available", "loading", "loaded", "unavailable"]
 #: The key of this service's own additions in ``extensions`` objects (LMSP 1.0 section 9.1).
-EXTENSION_KEY = "x-lmsp-jupyter"
+EXTENSION_KEY: Final = "x-lmsp-jupyter"
 
 LMSP_VERSION = "1.0"
 

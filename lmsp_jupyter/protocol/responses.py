@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from .errors import Problem
 from .items import OutputItem
+from .prediction import UsageExtension
 
 #: ``queued`` only for a background response (11.2) that has not started.
 ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
@@ -34,6 +35,11 @@ class Usage(BaseModel):
     total_tokens: int
     input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
     output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+    extensions: dict[Literal["x-lmsp-jupyter"], UsageExtension] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="Tokens verified from drafts, when the engine drafted.",
+    )
 
 
 class IncompleteDetails(BaseModel):

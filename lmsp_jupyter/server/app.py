@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Dict, Enum, Float, Int, List, Type, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Int, List, Type, Unicode, default
 
 from ..client import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.backend import GenerationBackend
@@ -181,6 +181,15 @@ class LmspApp(ExtensionApp):
         "one more for padding), which a finished request leaves for the next with its prefix.",
     ).tag(config=True)
 
+    speculation = Bool(
+        ENGINE_DEFAULTS.speculation,
+        help="Whether local models verify guessed tokens in one pass: what followed the "
+        "latest earlier occurrence of the answer's last tokens in its prompt and answer, or "
+        "the text a request predicts (Chat Completions' prediction). The text is the same, "
+        "greedy or seeded; a request guesses only while its guesses pay for the pass, and may "
+        'turn it off with extensions["x-lmsp-jupyter"]["speculation"] = false.',
+    ).tag(config=True)
+
     max_body_bytes = Int(
         8 * 1024 * 1024, help="Largest request body accepted; larger → 413 payload_too_large."
     ).tag(config=True)
@@ -304,6 +313,7 @@ class LmspApp(ExtensionApp):
             threads=self.threads,
             batch_size=self.batch_size,
             parallel=self.parallel,
+            speculation=self.speculation,
         )
         build: Callable[..., GenerationBackend] = self.engine_class  # a class, not the Protocol
         local = build(settings, parent=self, log=self.log)

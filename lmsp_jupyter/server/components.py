@@ -16,7 +16,7 @@ from ..protocol.completions import CompletionRequest, TextCompletion
 from ..protocol.embeddings import EmbeddingList, EmbeddingRequest
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
-from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
+from ..protocol.models import EXTENSION_KEY, LMSP_VERSION, Model, ModelList, ServiceDocument
 from ..protocol.requests import ResponseRequest
 from ..protocol.responses import Response
 from ..protocol.tasks import Task, TaskList, TaskRequest, TaskStatus
@@ -77,6 +77,29 @@ def protocol_schemas() -> dict[str, Any]:
         event["required"] = ["type", "sequence_number", *event.get("required", [])]
     request["extensions"]["anyOf"][0]["propertyNames"] = {"pattern": _EXTENSION_KEY}
     request["extensions"]["description"] = "Private extensions under reverse-DNS or x- names."
+    request["extensions"]["anyOf"][0]["properties"] = {
+        EXTENSION_KEY: {
+            "type": "object",
+            "description": "This service's own; other keys in it are ignored.",
+            "properties": {
+                "keep_alive_seconds": {
+                    "type": "number",
+                    "description": "How long the model stays loaded once idle after this "
+                    "request (0: unloaded at once, negative: not for being idle).",
+                },
+                "prediction": {
+                    **ref("Prediction"),
+                    "description": "The answer as expected, mostly (Chat Completions' "
+                    "prediction): verified a stretch at a time, the text is the same.",
+                },
+                "speculation": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": "false: no drafted tokens are verified for this request.",
+                },
+            },
+        }
+    }
     # The task's request is a response request (6.1); its ``stream`` is ignored.
     task_request = schemas["TaskRequest"]["properties"]["request"]
     schemas["TaskRequest"]["properties"]["request"] = {

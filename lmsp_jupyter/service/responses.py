@@ -10,6 +10,7 @@ import itertools
 import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Literal
 
 from ..engine.backend import GenerationBackend
 from ..engine.catalog import ModelEntry
@@ -39,6 +40,7 @@ from ..protocol.events import (
 )
 from ..protocol.items import InputItem
 from ..protocol.models import EXTENSION_KEY, ModelCapability
+from ..protocol.prediction import UsageExtension, speculation_of
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import (
     IncompleteDetails,
@@ -140,6 +142,7 @@ class ResponseService:
         room for it."""
         await self._check_window(request, entry, prompt)
         keep_alive = _keep_alive(request)
+        speculation = speculation_of(request.extensions)
         self.models.manager.check(entry)
         self.queue.check()
         return ResponseRun(
@@ -151,6 +154,7 @@ class ResponseService:
             plan=decoding,
             keep_alive=keep_alive,
             priority=priority,
+            speculation=speculation,
         )
 
     async def _check_window(
@@ -286,6 +290,7 @@ class ResponseService:
             logprobs=run.request.logprobs() is not None,
         )
         run.output = output.items  # the response as it stands shows the items so far
+        prediction = run.speculation.prediction
         params = SamplingParams(
             max_tokens=run.request.max_output_tokens or self.engine.context_length(run.entry),
             temperature=run.request.temperature,
@@ -301,6 +306,8 @@ class ResponseService:
             forced_tools=tuple(tool.name for tool in run.plan.callable_tools)
             if run.plan.mode is ContentMode.FORCED_CALL
             else (),
+            prediction=prediction.text() if prediction is not None else None,
+            speculation=run.speculation.speculation,
         )
         done: GenerationDone | None = None
         pending: list[EventData] = []
@@ -344,6 +351,7 @@ class ResponseService:
                 total_tokens=done.prompt_tokens + done.output_tokens,
                 input_tokens_details=InputTokensDetails(cached_tokens=done.cached_tokens),
                 output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens),
+                extensions=_draft_usage(done, predicted=prediction is not None),
             )
             if done.reason == "stop":
                 run.error = breach(run.plan, output)
@@ -396,6 +404,21 @@ def _keep_alive(request: ResponseRequest) -> float | None:
             param=f"extensions.{EXTENSION_KEY}.keep_alive_seconds",
         )
     return float(value)
+
+
+def _draft_usage(
+    done: GenerationDone, predicted: bool
+) -> dict[Literal["x-lmsp-jupyter"], UsageExtension] | None:
+    """The usage extension of a generation that verified drafts or was given a prediction."""
+    if not (predicted or done.accepted_draft_tokens):
+        return None
+    return {
+        EXTENSION_KEY: UsageExtension(
+            accepted_draft_tokens=done.accepted_draft_tokens,
+            accepted_prediction_tokens=done.accepted_prediction_tokens,
+            rejected_prediction_tokens=done.rejected_prediction_tokens,
+        )
+    }
 
 
 def _internal(what: str) -> LmspError:

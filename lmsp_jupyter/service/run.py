@@ -13,6 +13,7 @@ from ..engine.generation import Prompt
 from ..protocol.errors import LmspError
 from ..protocol.ids import new_id
 from ..protocol.items import InputItem, OutputItem
+from ..protocol.prediction import Speculation
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
 from .decoding import DecodingPlan
@@ -33,6 +34,8 @@ class ResponseRun:
     context: list[InputItem]
     plan: DecodingPlan
     keep_alive: float | None = None
+    #: Its prediction, and whether it may speculate at all.
+    speculation: Speculation = field(default_factory=Speculation)
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
     status: ResponseStatus = "in_progress"

@@ -242,6 +242,24 @@ def test_a_refused_json_schema_form_is_retried_as_json_object_and_remembered() -
     assert formats == ["json_schema", "json_object", "json_object"]
 
 
+@pytest.mark.parametrize("takes_it", [True, False])
+def test_a_prediction_is_sent_on_only_to_a_server_that_takes_it(takes_it: bool) -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return listing({"id": "m"})
+        bodies.append(json.loads(request.content))
+        return sse(chunk({"content": "ok"}), chunk({}, "stop"), "data: [DONE]\n\n")
+
+    remote = engine(handler, predicted_outputs=takes_it)
+    params = generation.SamplingParams(max_tokens=4, prediction="ok")
+    asyncio.run(generate(remote, params))
+    streamed = [body for body in bodies if body.get("stream")]
+    expected = [{"type": "content", "content": "ok"}] if takes_it else []
+    assert [body["prediction"] for body in streamed if "prediction" in body] == expected
+
+
 def test_a_request_is_retried_while_nothing_of_the_answer_has_come() -> None:
     statuses = iter([503, 502, 200])
 

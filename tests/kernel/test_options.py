@@ -145,7 +145,7 @@ def test_every_option_in_the_request() -> None:
     namespace = {"weather": weather, "what_time": what_time, "tone": "dry"}
     line = (
         "--system 'Be {tone}.' --max-tokens 5 --temperature 0.5 --json Sky "
-        "--tools weather,what_time --tool-choice what_time Go"
+        "--tools weather,what_time --tool-choice what_time --prediction '{tone} sky' Go"
     )
     request, tools = ask_request(
         parse_ask(line),
@@ -179,6 +179,7 @@ def test_every_option_in_the_request() -> None:
         "tools": [weather.definition(), what_time.definition()],
         "tool_choice": {"type": "function", "name": "clock"},
         "previous_response_id": "resp_1",
+        "extensions": {"x-lmsp-jupyter": {"prediction": {"type": "content", "content": "dry sky"}}},
     }
 
 

@@ -173,7 +173,11 @@ def test_a_response_becomes_a_chat_completion() -> None:
         "completion_tokens": 2,
         "total_tokens": 5,
         "prompt_tokens_details": {"cached_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     }
 
 

@@ -11,7 +11,14 @@ import {
   type IRoundView
 } from './reducer';
 import { noteRoundRate } from './rates';
-import type { IAnswerState, AnswerStatus, IRoundState, ITaskEvent, IUsage } from './types';
+import {
+  draftedTokens,
+  type IAnswerState,
+  type AnswerStatus,
+  type IRoundState,
+  type ITaskEvent,
+  type IUsage
+} from './types';
 
 const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);
 
@@ -110,7 +117,10 @@ export class Answer {
     return known.reduce((sum, usage) => ({
       input_tokens: sum.input_tokens + usage.input_tokens,
       output_tokens: sum.output_tokens + usage.output_tokens,
-      total_tokens: sum.total_tokens + usage.total_tokens
+      total_tokens: sum.total_tokens + usage.total_tokens,
+      extensions: {
+        'x-lmsp-jupyter': { accepted_draft_tokens: draftedTokens(sum) + draftedTokens(usage) }
+      }
     }));
   }
 

@@ -24,6 +24,13 @@ export interface IUsage {
   input_tokens: number;
   output_tokens: number;
   total_tokens: number;
+  /** The service's own counts: output tokens verified from drafts (speculation). */
+  extensions?: { 'x-lmsp-jupyter'?: { accepted_draft_tokens?: number } };
+}
+
+/** Output tokens of ``usage`` that were verified from drafts (0 when not reported). */
+export function draftedTokens(usage: IUsage): number {
+  return usage.extensions?.['x-lmsp-jupyter']?.accepted_draft_tokens ?? 0;
 }
 
 /** One of the most likely tokens at a position (11.1, OpenAI's shape). */

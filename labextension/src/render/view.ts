@@ -8,7 +8,7 @@ import { Answer } from './answer';
 import { ItemsDom, type IRoundDom } from './items';
 import { formatRate } from './rates';
 import type { IRoundView } from './reducer';
-import type { IAnswerState, ITaskEvent, IToolCallState } from './types';
+import { draftedTokens, type IAnswerState, type ITaskEvent, type IToolCallState } from './types';
 import { element } from './dom';
 
 /** What the view's buttons ask the host to do. */
@@ -150,7 +150,8 @@ export class AnswerView {
     this._taskId.textContent = last?.taskId ?? '';
     const usage = answer.usage();
     this._usage.textContent = usage
-      ? `${formatCount(usage.input_tokens)} in · ${formatCount(usage.output_tokens)} out`
+      ? `${formatCount(usage.input_tokens)} in · ${formatCount(usage.output_tokens)} out` +
+        (draftedTokens(usage) ? ` (${formatCount(draftedTokens(usage))} drafted)` : '')
       : '';
     const rate = answer.tokensPerSecond();
     this._rate.textContent = rate === null ? '' : formatRate(rate);

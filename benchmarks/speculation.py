@@ -1,0 +1,208 @@
+"""Speculation (n-gram drafts from the context, and predicted outputs) on vs off vs raw
+llama-cpp-python, on a task set kept in the repository.
+
+In this process, with the bundled model, greedy: the tasks of ``speculation_tasks.json`` (code
+edits, extraction and quoting from a passage, JSON/CSV continuation, follow-up turns that
+repeat an earlier answer, and a free-form control set) through the service
+(``ResponseService`` on an ``Engine``, no HTTP) with speculation on and off, and raw
+llama-cpp-python on the same rendered prompts. Code edits run twice on the on side: without and
+with ``prediction`` = the original code. Each side runs every task ``--rounds`` times,
+alternating sides; printed per task kind: the median decode rate of each side (output tokens
+after the first over the time from the first to the last), on/off and on/raw, and the share of
+output tokens that came from drafts; then ``--streams`` concurrent streams of the whole set,
+aggregate tokens/s with speculation on and off. The texts must be the same on and off (a
+``FAIL`` line if not). Goals: grounded kinds one stream >= 2x raw, edits with a prediction
+>= 3x raw, free-form >= 0.98x off, several streams >= 0.98x off.
+
+Run: ``.venv/bin/python benchmarks/speculation.py [--tokens 128] [--rounds 3] [--streams 4,8]``
+on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a file: python benchmarks/speculation.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness.cli import benchmark_main, benchmark_parser
+from benchmarks.harness.figures import Sample
+from benchmarks.harness.raw import RawRunner, Settings
+from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.generation import CancelToken
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.protocol.events import OutputTextDelta
+from lmsp_jupyter.protocol.models import EXTENSION_KEY
+from lmsp_jupyter.protocol.requests import parse_response_request
+from lmsp_jupyter.service.models import ModelDirectory
+from lmsp_jupyter.service.responses import ResponseService
+
+TASKS = Path(__file__).with_name("speculation_tasks.json")
+#: Kinds whose answers repeat their context: the goal of 2x raw is theirs.
+GROUNDED = ("code_edit", "extraction", "json_csv", "follow_up")
+
+
+class Side:
+    """The service on an engine with speculation on or off."""
+
+    def __init__(self, speculation: bool) -> None:
+        self.engine = Engine(EngineSettings(speculation=speculation))
+        catalog = ModelCatalog(include_bundled=True)
+        self.service = ResponseService(ModelDirectory(catalog, self.engine), self.engine)
+
+    async def run(self, body: dict[str, Any]) -> tuple[Sample, int, str]:
+        """One answer: its timing, the output tokens that came from drafts, and its prompt."""
+        start = time.perf_counter()
+        run = await self.service.start(parse_response_request(body))
+        times: list[float] = []
+        pieces: list[str] = []
+        async for event in self.service.events(run, CancelToken()):
+            if isinstance(event.data, OutputTextDelta):
+                times.append(time.perf_counter() - start)
+                pieces.append(event.data.delta)
+        usage = run.usage
+        if usage is None or not times:
+            raise RuntimeError(f"no answer: {run.error}")
+        drafted = usage.extensions[EXTENSION_KEY].accepted_draft_tokens if usage.extensions else 0
+        end = time.perf_counter() - start
+        sample = Sample(usage.output_tokens, times[0], times[-1], end, text="".join(pieces))
+        return sample, drafted, run.prompt.text
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def bodies(tasks: list[dict[str, Any]], answers: dict[int, str], tokens: int) -> list[Any]:
+    """(kind, request body) of each task, and each code edit again with its prediction."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for index, task in enumerate(tasks):
+        items: list[dict[str, Any]] = []
+        if "first" in task:
+            items += [
+                {"type": "message", "role": "user", "content": task["first"]},
+                {"type": "message", "role": "assistant", "content": answers[index]},
+            ]
+        items.append({"type": "message", "role": "user", "content": task["input"]})
+        body = {
+            "model": BUNDLED_MODEL_ID,
+            "input": items,
+            "temperature": 0,
+            "max_output_tokens": tokens,
+        }
+        out.append((task["kind"], body))
+        if "prediction" in task:
+            prediction = {"type": "content", "content": task["prediction"]}
+            predicted = {**body, "extensions": {EXTENSION_KEY: {"prediction": prediction}}}
+            out.append((task["kind"] + "+prediction", predicted))
+    return out
+
+
+async def first_turns(side: Side, tasks: list[dict[str, Any]], tokens: int) -> dict[int, str]:
+    """The answers of the follow-up tasks' first turns (not timed)."""
+    answers: dict[int, str] = {}
+    for index, task in enumerate(tasks):
+        if "first" in task:
+            body = {
+                "model": BUNDLED_MODEL_ID,
+                "input": task["first"],
+                "temperature": 0,
+                "max_output_tokens": tokens,
+            }
+            answers[index] = (await side.run(body))[0].text
+    return answers
+
+
+async def one_stream(
+    tasks: list[dict[str, Any]], tokens: int, rounds: int, model_path: Path
+) -> dict[str, dict[str, list[float]]]:
+    """Per kind and side, the decode rates (and the ``drafted`` shares of the on side)."""
+    on, off = Side(True), Side(False)
+    raw = RawRunner(model_path, Settings.service_defaults(), "")
+    figures: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    try:
+        work = bodies(tasks, await first_turns(off, tasks, tokens), tokens)
+        for _ in range(rounds):
+            for kind, body in work:
+                on_sample, drafted, prompt = await on.run(body)
+                off_sample, _, _ = await off.run(body)
+                raw.prompt_tokens = raw.llm.tokenize(prompt.encode(), add_bos=False, special=True)
+                raw_sample = raw.run(tokens)
+                if on_sample.text != off_sample.text:
+                    print(f"FAIL: {kind}: the text differs with speculation on and off")
+                for side, sample in (("on", on_sample), ("off", off_sample), ("raw", raw_sample)):
+                    if sample.tokens > 1:
+                        figures[kind][side].append(sample.decode_tokens_per_s)
+                figures[kind]["drafted"].append(drafted / max(1, on_sample.tokens))
+    finally:
+        on.close()
+        off.close()
+    return figures
+
+
+async def many_streams(tasks: list[dict[str, Any]], tokens: int, streams: int) -> list[float]:
+    """Aggregate tokens/s of the task set in groups of ``streams`` at once, on and off."""
+    rates: list[float] = []
+    for speculation in (True, False):
+        side = Side(speculation)
+        try:
+            work = bodies(tasks, await first_turns(side, tasks, tokens), tokens)
+            generated, start = 0, time.perf_counter()
+            for first in range(0, len(work), streams):
+                group = work[first : first + streams]
+                done = await asyncio.gather(*(side.run(body) for _, body in group))
+                generated += sum(sample.tokens for sample, _, _ in done)
+            rates.append(generated / (time.perf_counter() - start))
+        finally:
+            side.close()
+    return rates
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None:
+    """Measure and print the table."""
+    tasks: list[dict[str, Any]] = []
+    for task in json.loads(TASKS.read_text())["tasks"]:
+        if not args.tasks or sum(t["kind"] == task["kind"] for t in tasks) < args.tasks:
+            tasks.append(task)
+    model_path = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path()
+    figures = asyncio.run(one_stream(tasks, args.tokens, args.rounds, model_path))
+    print(f"model {BUNDLED_MODEL_ID}, {len(tasks)} tasks, {args.rounds} rounds, greedy")
+    print(f"at most {args.tokens} tokens an answer; decode tok/s, medians")
+    print("kind                  raw     off      on   on/off  on/raw  drafted")
+    for kind, sides in figures.items():
+        raw, off, on = (_median(sides[side]) for side in ("raw", "off", "on"))
+        drafted = _median(sides["drafted"])
+        print(
+            f"{kind:<20} {raw:6.1f}  {off:6.1f}  {on:6.1f}  {on / off:6.2f}  {on / raw:6.2f}"
+            f"  {drafted:6.0%}"
+        )
+    for streams in (int(n) for n in args.streams.split(",") if n):
+        on, off = asyncio.run(many_streams(tasks, args.tokens, streams))
+        print(f"{streams} streams, tok/s   on {on:6.1f}  off {off:6.1f}  on/off {on / off:5.2f}")
+    print(f"goals: {', '.join(GROUNDED)} on/raw >= 2; code_edit+prediction on/raw >= 3;")
+    print("       free on/off >= 0.98; streams on/off >= 0.98")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
+    parser = benchmark_parser(__doc__, tokens=128, rounds=3)
+    parser.add_argument("--streams", default="4,8", help="concurrent streams, comma-separated")
+    parser.add_argument(
+        "--tasks", type=int, default=0, help="only the first N tasks of each kind (0: all)"
+    )
+    return benchmark_main(parser, benchmark, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Draft tokens for a sequence to verify in one pass: the text a caller predicted, or what
+followed the latest earlier occurrence of the sequence's last tokens (prompt lookup), and how
+many of them to verify so that a pass is never slower than reading one token.
+
+Drafts change only how many positions a pass reads, never what is sampled: the batching
+worker samples each verified position from its own logits, in order, and keeps a draft token
+only while it equals what was sampled (``engine/batching.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The n-gram lengths looked up in the sequence's context, longest first.
+NGRAMS = (4, 3, 2)
+#: The most draft tokens one pass verifies for a sequence.
+MOST_DRAFTED = 16
+#: The n-gram lengths that realign a prediction the answer strayed from, longest first.
+PREDICTION_NGRAMS = (8, 4, 2)
+
+#: Milliseconds of a pass of one token of each of ``n`` sequences and of a pass of ``1 + k``
+#: tokens of one sequence, fitted to ``benchmarks/pass_sizes.py`` on 2 cores (1 / 2 / 4 / 8
+#: sequences: 21 / 22.7 / 30.0 / 46.6 ms; 2 / 8 tokens of one: 20.9 / 30.6 ms). Only their
+#: ratios matter: they weigh a draft's likely gain against the pass width it costs.
+_SHARED_BASE_MS, _SHARED_PER_TOKEN_MS = 17.0, 3.7
+_OWN_BASE_MS, _OWN_PER_TOKEN_MS = 19.0, 2.0
+#: A draft must promise this much more throughput than reading one token; what the cost model
+#: gets wrong on another CPU stays within it.
+_MARGIN = 1.1
+#: The acceptance rate a sequence starts with: per draft token, from its context or from a
+#: caller's prediction.
+_PRIOR_CONTEXT, _PRIOR_PREDICTION = 0.5, 0.9
+#: How much one compared token moves the rate, and how fast an idle rate drifts back to the prior
+#: (so that a sequence which stopped drafting tries again later).
+_LEARNING, _DRIFT = 0.2, 0.01
+
+
+def shared_pass_ms(sequences: int) -> float:
+    """The cost model of a pass reading one token of each of ``sequences`` sequences."""
+    return _SHARED_BASE_MS + _SHARED_PER_TOKEN_MS * sequences if sequences else 0.0
+
+
+def own_pass_ms(drafted: int) -> float:
+    """The cost model of a pass of its own reading a token and ``drafted`` draft tokens."""
+    return _OWN_BASE_MS + _OWN_PER_TOKEN_MS * (1 + drafted)
+
+
+def expected_accepted(rate: float, drafted: int) -> float:
+    """Draft tokens one verification keeps on average when each is kept with ``rate`` while
+    the ones before it were."""
+    return sum(rate**i for i in range(1, drafted + 1))
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Tokens to verify after a sequence's next token, and where they came from."""
+
+    tokens: list[int]
+    from_prediction: bool
+
+
+class Drafter:
+    """One sequence's drafts: its prediction first, then its own context, and its record of
+    how many were kept."""
+
+    def __init__(self, tokens: list[int], prediction: Sequence[int] = ()) -> None:
+        #: The sequence's tokens (its prompt, then its answer), growing as it is generated.
+        self._tokens = tokens
+        self._answer_start = len(tokens)
+        self._indexed = 1  # n-grams ending before this index are in the table
+        self._latest: dict[tuple[int, ...], int] = {}
+        self._prediction = list(prediction)
+        self._predicted: dict[tuple[int, ...], list[int]] = {}
+        for n in PREDICTION_NGRAMS:
+            for end in range(n, len(self._prediction)):
+                self._predicted.setdefault(tuple(self._prediction[end - n : end]), []).append(end)
+        #: Where the answer's next token is in the prediction (``None``: the answer strayed).
+        self._cursor: int | None = 0 if self._prediction else None
+        self._last_cursor = 0
+        self._followed = self._answer_start
+        self.rates = {False: _PRIOR_CONTEXT, True: _PRIOR_PREDICTION}
+        #: Draft tokens kept, in all and of those from the prediction, and prediction tokens
+        #: drafted but not kept.
+        self.accepted = 0
+        self.accepted_prediction = 0
+        self.rejected_prediction = 0
+
+    def draft(self, most: int) -> Draft | None:
+        """Up to ``most`` tokens that may follow the sequence's tokens, or ``None``."""
+        if most <= 0:
+            return None
+        tokens = self._from_prediction(most)
+        if tokens:
+            return Draft(tokens, True)
+        tokens = self._from_context(most)
+        return Draft(tokens, False) if tokens else None
+
+    def _from_prediction(self, most: int) -> list[int]:
+        tokens, prediction = self._tokens, self._prediction
+        if not prediction:
+            return []
+        for token in tokens[self._followed :]:  # the answer's tokens since the last draft
+            if self._cursor is not None and self._cursor < len(prediction):
+                self._cursor = self._cursor + 1 if prediction[self._cursor] == token else None
+            else:
+                self._cursor = None
+        self._followed = len(tokens)
+        if self._cursor is None:
+            self._cursor = self._realigned()
+        if self._cursor is None:
+            return []
+        self._last_cursor = self._cursor
+        return prediction[self._cursor : self._cursor + most]
+
+    def _realigned(self) -> int | None:
+        """Where in the prediction the answer's last tokens are: the first such place after
+        where it last was, else the first."""
+        answer = len(self._tokens) - self._answer_start
+        for n in PREDICTION_NGRAMS:
+            if n <= answer:
+                ends = self._predicted.get(tuple(self._tokens[-n:]))
+                if ends:
+                    return next((end for end in ends if end >= self._last_cursor), ends[0])
+        return None
+
+    def _from_context(self, most: int) -> list[int]:
+        tokens = self._tokens
+        latest = self._latest
+        for end in range(self._indexed, len(tokens)):  # n-grams whose next token is known
+            for n in NGRAMS:
+                if n <= end:
+                    latest[tuple(tokens[end - n : end])] = end
+        self._indexed = len(tokens)
+        for n in NGRAMS:
+            if n < len(tokens):
+                found = latest.get(tuple(tokens[-n:]))
+                if found is not None:
+                    return tokens[found : found + most]
+        return []
+
+    def size(self, draft: Draft, sharing: int) -> int:
+        """How many of ``draft``'s tokens to verify in a pass of the sequence's own, while
+        ``sharing`` sequences (this one among them) would read their token in one pass; 0:
+        reading just its token in that pass is faster."""
+        rate = self.rates[draft.from_prediction]
+        without = sharing / shared_pass_ms(sharing)
+        best, best_gain = 0, _MARGIN
+        for drafted in range(1, len(draft.tokens) + 1):
+            tokens = sharing + expected_accepted(rate, drafted)
+            gain = tokens / (shared_pass_ms(sharing - 1) + own_pass_ms(drafted)) / without
+            if gain > best_gain:
+                best, best_gain = drafted, gain
+        if not best:
+            self.idle()
+        return best
+
+    def idle(self) -> None:
+        """A step without drafts: the rates drift back toward their priors."""
+        self.rates[False] += (_PRIOR_CONTEXT - self.rates[False]) * _DRIFT
+        self.rates[True] += (_PRIOR_PREDICTION - self.rates[True]) * _DRIFT
+
+    def observe(self, draft: Draft, kept: bool) -> None:
+        """One token of ``draft`` was compared with what the model sampled there: ``kept``
+        when they were the same."""
+        rate = self.rates[draft.from_prediction]
+        self.rates[draft.from_prediction] = rate + (kept - rate) * _LEARNING
+        self.accepted += kept
+        if draft.from_prediction:
+            self.accepted_prediction += kept
+            self.rejected_prediction += not kept

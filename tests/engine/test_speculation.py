@@ -1,0 +1,208 @@
+"""Speculation with the bundled model: drafts (from the context, or a caller's prediction) change
+how many positions a pass reads, never the text, greedy or seeded, alone, batched or cached."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from lmsp_jupyter.engine.catalog import ModelEntry
+from lmsp_jupyter.engine.generation import GenerationDone, SamplingParams
+from lmsp_jupyter.engine.llama import LlamaTokenizer
+from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.speculation import Draft, Drafter, expected_accepted
+from tests.engine.conftest import prompt_of
+from tests.engine.test_batching import PREAMBLE, PROMPTS, SUBJECTS, generate
+
+PARALLEL = 8
+TOKENS = 20
+#: Prompts whose answers repeat their context: a line said twice (a base model says it a third
+#: time), a numbered list started again, and some of the free-form prompts.
+COPYING = [
+    f"<bos>{PREAMBLE}Copy each line exactly.\n{line}\n{line}\n"
+    for line in (
+        f"The {SUBJECTS[n]} and the {SUBJECTS[n + 3]} met by the {SUBJECTS[n + 7]}."
+        for n in range(8)
+    )
+]
+LISTS = [
+    f"<bos>{PREAMBLE}"
+    + "".join(f"{n + 1}. {SUBJECTS[(start + n) % len(SUBJECTS)]}\n" for n in range(6))
+    + "\nThe list again:\n1."
+    for start in (0, 5, 10, 15)
+]
+SPECULATING = [*COPYING, *LISTS, *PROMPTS[::15]]
+
+
+def new_engine(parallel: int, speculation: bool = True) -> Engine:
+    settings = EngineSettings(
+        context_size=1024, threads=1, parallel=parallel, speculation=speculation
+    )
+    return Engine(settings)
+
+
+GREEDY = SamplingParams(max_tokens=TOKENS, temperature=0.0)
+
+
+def seeded(index: int) -> SamplingParams:
+    return SamplingParams(max_tokens=TOKENS, temperature=0.8, seed=100 + index)
+
+
+@pytest.mark.timeout(1800)  # some 200 generations: minutes on a busy machine
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+async def test_text_is_the_same_with_speculation_on_or_off_alone_batched_and_cached(
+    entry: ModelEntry, tokenizer: LlamaTokenizer, sampling: str
+) -> None:
+    prompts = [prompt_of(tokenizer, text) for text in SPECULATING]
+    params = [GREEDY if sampling == "greedy" else seeded(i) for i in range(len(prompts))]
+
+    async def alone(speculation: bool) -> list[tuple[str, GenerationDone]]:
+        engine = new_engine(1, speculation)
+        try:
+            return [
+                await generate(engine, entry, p, s) for p, s in zip(prompts, params, strict=True)
+            ]
+        finally:
+            engine.close()
+
+    off = await alone(False)
+    on = await alone(True)
+    # Beside other streams a sequence drafts only what is likely kept: predictions, right
+    # (even prompts) and wrong (odd ones: another prompt's answer), make it draft there.
+    predicted = [
+        replace(p, prediction=off[i if i % 2 == 0 else (i + 1) % len(off)][0])
+        for i, p in enumerate(params)
+    ]
+    batched: list[tuple[str, GenerationDone]] = []
+    cached: list[tuple[str, GenerationDone]] = []
+    engine = new_engine(PARALLEL)
+    try:
+        for start in range(0, len(prompts), PARALLEL):
+            group = list(zip(prompts, predicted, strict=True))[start : start + PARALLEL]
+            batched += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
+            cached += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
+    finally:
+        engine.close()
+    texts = [text for text, _ in off]
+    assert len(set(texts)) > 5
+    assert [text for text, _ in on] == texts
+    assert [text for text, _ in batched] == texts
+    assert [text for text, _ in cached] == texts
+    assert [done.output_tokens for _, done in on] == [done.output_tokens for _, done in off]
+    assert all(done.accepted_draft_tokens == 0 for _, done in off)
+    accepted = sum(done.accepted_draft_tokens for _, done in on)
+    assert accepted > len(prompts)  # drafts were verified and kept
+    assert sum(done.accepted_prediction_tokens for _, done in batched + cached) > len(prompts)
+    assert sum(done.rejected_prediction_tokens for _, done in batched + cached) > 0
+    for _, done in on + batched + cached:
+        assert done.accepted_draft_tokens < done.output_tokens
+
+
+async def test_a_prediction_equal_to_the_answer_is_accepted_whole_and_a_wrong_one_costs_no_text(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompt = prompt_of(tokenizer, PROMPTS[4])
+    params = SamplingParams(max_tokens=24, temperature=0.0, speculation=False)
+    engine = new_engine(2)
+    try:
+        answer, plain = await generate(engine, entry, prompt, params)
+        right = SamplingParams(max_tokens=24, temperature=0.0, prediction=answer)
+        predicted, done = await generate(engine, entry, prompt, right)
+        wrong = SamplingParams(
+            max_tokens=24, temperature=0.0, prediction="Zebra quantum 4711 marmalade " * 4
+        )
+        mispredicted, missed = await generate(engine, entry, prompt, wrong)
+    finally:
+        engine.close()
+    assert predicted == mispredicted == answer
+    assert plain.accepted_draft_tokens == plain.accepted_prediction_tokens == 0
+    assert done.output_tokens == plain.output_tokens
+    # None was refused; the first token comes from the prompt's pass, and each pass samples
+    # one token after its draft.
+    assert done.rejected_prediction_tokens == 0
+    assert done.output_tokens * 3 // 4 <= done.accepted_prediction_tokens < done.output_tokens
+    assert missed.accepted_prediction_tokens == 0
+
+
+async def test_a_request_may_turn_speculation_off(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompt = prompt_of(tokenizer, LISTS[0])
+    engine = new_engine(1)
+    try:
+        on = await generate(engine, entry, prompt, GREEDY)
+        off_params = SamplingParams(max_tokens=TOKENS, temperature=0.0, speculation=False)
+        off = await generate(engine, entry, prompt, off_params)
+    finally:
+        engine.close()
+    assert on[0] == off[0]
+    assert on[1].accepted_draft_tokens > 0
+    assert off[1].accepted_draft_tokens == 0
+
+
+def test_a_context_draft_is_what_followed_the_latest_earlier_occurrence_of_the_last_tokens() -> (
+    None
+):
+    tokens = [1, 2, 3, 4, 9, 1, 2, 3, 4, 8, 7, 5, 2, 3, 4]
+    draft = Drafter(tokens).draft(3)
+    assert draft == Draft([8, 7, 5], from_prediction=False)
+    tokens.append(6)  # "3 4 6" never came before, "4 6" neither, "6" neither
+    assert Drafter(tokens).draft(3) is None
+
+
+def test_a_prediction_drafts_where_the_answer_is_and_realigns_after_a_detour() -> None:
+    tokens = [50, 51, 52]  # the prompt
+    drafter = Drafter(tokens, prediction=[10, 11, 12, 13, 14, 15, 16, 17])
+    tokens.append(10)  # the first token of the answer
+    assert drafter.draft(2) == Draft([11, 12], from_prediction=True)
+    tokens += [11, 12, 99, 98]  # the answer leaves the prediction...
+    assert drafter.draft(4) is None
+    tokens += [14, 15]  # ... and comes back to it
+    assert drafter.draft(4) == Draft([16, 17], from_prediction=True)
+
+
+@pytest.mark.parametrize(
+    ("rate", "sharing", "drafts"),
+    [
+        (0.9, 1, True),  # alone, a likely draft is nearly free
+        (0.05, 1, False),  # alone, drafts that always fail are not tried
+        (0.5, 8, False),  # among 8 streams, a pass of its own costs more than a coin toss wins
+        (0.98, 4, True),
+    ],
+)
+def test_a_sequence_drafts_only_when_its_acceptance_pays_for_the_pass(
+    rate: float, sharing: int, drafts: bool
+) -> None:
+    drafter = Drafter([1, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 2])
+    drafter.rates[False] = rate
+    draft = drafter.draft(16)
+    assert draft is not None
+    assert (drafter.size(draft, sharing) > 0) is drafts
+
+
+def test_expected_accepted_tokens_stop_at_the_first_miss() -> None:
+    assert expected_accepted(1.0, 5) == 5
+    assert expected_accepted(0.5, 2) == 0.75
+
+
+async def test_a_stop_string_inside_an_accepted_draft_ends_where_it_would_without_drafts(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    prompt = prompt_of(tokenizer, COPYING[0])
+    engines = {spec: new_engine(1, spec) for spec in (False, True)}
+    try:
+        full, _ = await generate(engines[False], entry, prompt, GREEDY)
+        stop = full[len(full) // 2 : len(full) // 2 + 3]  # from the answer's second half
+        params = SamplingParams(max_tokens=TOKENS, temperature=0.0, stop=(stop,))
+        off, off_done = await generate(engines[False], entry, prompt, params)
+        on, on_done = await generate(engines[True], entry, prompt, params)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    assert stop.strip() and stop not in on
+    assert on == off == full[: full.index(stop)]
+    assert (on_done.reason, on_done.output_tokens) == (off_done.reason, off_done.output_tokens)
+    assert on_done.reason == "stop"
+    assert on_done.accepted_draft_tokens > 0
