@@ -31,7 +31,7 @@ if not __package__:  # run as a file: python benchmarks/pass_sizes.py
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.llama import BatchToken, LlamaModel
+from lmsp_jupyter.engine.llama import BatchToken, LlamaModel, prepare_llama_cpp
 from lmsp_jupyter.engine.passes import PASS_MAX, SPLIT_ATTENTION_FROM, pass_size
 
 SEQUENCES = 8
@@ -124,11 +124,14 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
             compositions.append(("decode: 1 token alone", probe.read(lambda left: 1)))
         print(f"bundled model, {len(tokens)} tokens; reference: the engine's prompt passes")
         print(f"{'composition':42} {'largest logit difference':>26}")
+        inexact = prepare_llama_cpp()
         for name, logits in compositions:
             difference = largest_difference(logits, reference)
             print(f"{name:42} {difference:>26.4f}")
-            if difference:
+            if difference and inexact is None:
                 print(f"FAIL: {name} is a pass the engine makes and should give the same logits")
+        if inexact is not None:
+            print(f"(the engine does not claim these are equal in this process: {inexact})")
         print(f"\n{'pass':42} {'ms a pass':>10} {'tokens/s':>9}")
         for size, sequences in [(1, 2), (1, 4), (1, 8), (2, 1)]:
             ms = probe.pass_ms(size, sequences, args.rounds)

@@ -56,15 +56,16 @@ def prepare_llama_cpp() -> str | None:
       cached.
 
     Returns why that text may depend on them all the same (``None``: it does not), and logs it
-    once: the variable set to turn the product on, or llama.cpp having read it, unset, before it
-    was set here (llama-cpp-python's own ``Llama`` made in this process first).
+    once: the variable set to turn the product on, llama.cpp having read it, unset, before it
+    was set here (llama-cpp-python's own ``Llama`` made in this process first), or llama.cpp
+    built without AVX2 kernels.
     """
     with _PREPARED_LOCK:
         if not _prepared:
             logger = logging.getLogger("llama-cpp-python")
             if logger.level == logging.NOTSET:
                 logger.setLevel(logging.ERROR)
-            _prepared.append(_untiled())
+            _prepared.append(_untiled() or without_avx2())
             if _prepared[0] is not None:
                 log.warning("temperature 0 is not exact in this process: %s", _prepared[0])
         return _prepared[0]
@@ -85,6 +86,23 @@ def _untiled() -> str | None:
             f"a llama_cpp.Llama was made in this process before the engine started, so "
             f"llama.cpp may have read {TILED_MM_VARIABLE} unset (tiled matrix product on); "
             f"set {TILED_MM_VARIABLE}=0 before making it, or start the engine first"
+        )
+    return None
+
+
+def without_avx2() -> str | None:
+    """Why an x86-64 build of llama.cpp without AVX2 kernels is not exact, if it is one.
+
+    Its CPU kernels then add a pass of one to three tokens in another order than a longer one
+    (measured with ``benchmarks/pass_sizes.py`` on a build with ``-DGGML_AVX2=OFF``); builds
+    with AVX2 or AVX-512 give the same logits for every pass the engine makes.
+    """
+    features = llama_cpp.llama_print_system_info().decode(errors="replace")
+    if "AVX = 1" in features and "AVX2 = 1" not in features:
+        return (
+            "llama.cpp was built without AVX2, and its kernels without AVX2 give a pass of a few "
+            "tokens other last bits than a longer one; build llama-cpp-python for this CPU's "
+            "AVX2 (the default on a CPU that has it) for exact text"
         )
     return None
 
