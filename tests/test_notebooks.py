@@ -138,6 +138,12 @@ def test_other_tools_notebook_reaches_the_service_with_curl_and_python(
     streamed = printed(cell(cells, "!curl -s -N"))
     assert streamed.startswith("retry: 2000\nid: 1\nevent: response.created\n")
     assert result(cell(cells, "import httpx")) == (200, "incomplete")
+    assert isinstance(result(cell(cells, 'choice["text"]')), str)
+    tokens = result(cell(cells, "completion = http.post"))
+    assert tokens and all(
+        isinstance(token, str) and 1 <= len(top) <= 2 and all(v <= 0 for v in top.values())
+        for token, top in tokens
+    )
     events = result(cell(cells, "from lmsp_jupyter.client"))
     assert events[0] == "response.created" and events[-1] in ("response.incomplete",)
     assert json.dumps(events).count("response.output_text.delta") >= 1

@@ -20,11 +20,24 @@ from .events import (
     ResponseEvent,
 )
 from .items import MAX_TEXT_CHARS, InputMessage, OutputMessage
-from .requests import SAMPLING_FIELDS, MinP, ResponseRequest, Seed, Stop, Temperature, TopK, TopP
+from .logprobs import LOGPROBS_INCLUDE, Logprob
+from .requests import (
+    SAMPLING_FIELDS,
+    MinP,
+    Penalty,
+    ResponseRequest,
+    Seed,
+    Stop,
+    Temperature,
+    TopK,
+    TopP,
+)
 from .responses import Response, Usage
 
 #: Output tokens when a request gives no ``max_tokens``: OpenAI's default for Completions.
 DEFAULT_MAX_TOKENS = 16
+#: The most alternatives ``logprobs`` may ask for per token (OpenAI's bound for Completions).
+MAX_LOGPROBS = 5
 
 PromptText = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
@@ -55,11 +68,16 @@ class CompletionRequest(BaseModel):
     n: int | None = Field(default=None, description="Only 1.")
     best_of: int | None = Field(default=None, description="Only 1.")
     echo: bool | None = Field(default=None, description="Only `false`.")
-    logprobs: int | None = Field(default=None, description="Not served: only `null`.")
+    logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_LOGPROBS,
+        description="The logprob of each output token, with this many most likely alternatives.",
+    )
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
     # Accepted and ignored.
     user: str | None = Field(default=None, max_length=512)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
 
     @property
     def text(self) -> str:
@@ -73,15 +91,16 @@ def as_response_request(completion: CompletionRequest) -> ResponseRequest:
         ("n", completion.n, (None, 1)),
         ("best_of", completion.best_of, (None, 1)),
         ("echo", completion.echo, (None, False)),
-        ("logprobs", completion.logprobs, (None,)),
     ):
         if value not in allowed:
-            served = " or ".join(str(a).lower() for a in allowed if a is not None) or "null"
+            served = " or ".join(str(a).lower() for a in allowed if a is not None)
             raise LmspError("invalid_request", f"only {param} = {served} is served", param=param)
     return ResponseRequest(
         model=completion.model,
         input=[InputMessage(role="user", content=completion.text)],
         max_output_tokens=completion.max_tokens,
+        include=None if completion.logprobs is None else [LOGPROBS_INCLUDE],
+        top_logprobs=completion.logprobs,
         **completion.model_dump(include=SAMPLING_FIELDS),
     )
 
@@ -95,12 +114,46 @@ def completion_param(param: str | None) -> str | None:
     return param
 
 
+class CompletionLogprobs(BaseModel):
+    """A choice's logprobs in Completions' shape (``logprobs: n``): one entry per output token
+    in each list, and ``text_offset`` the token's first character in the prompt followed by
+    the text."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+def completion_logprobs(logprobs: list[Logprob], start: int) -> CompletionLogprobs:
+    """``logprobs`` in Completions' shape, the first token at character ``start``."""
+    offsets = []
+    for entry in logprobs:
+        offsets.append(start)
+        start += len(entry.token)
+    return CompletionLogprobs(
+        tokens=[entry.token for entry in logprobs],
+        token_logprobs=[entry.logprob for entry in logprobs],
+        top_logprobs=[_alternatives(entry) for entry in logprobs],
+        text_offset=offsets,
+    )
+
+
+def _alternatives(entry: Logprob) -> dict[str, float]:
+    """The alternatives at ``entry``'s position, the most likely first; of two spelled alike
+    the more likely one."""
+    alternatives: dict[str, float] = {}
+    for top in entry.top_logprobs:
+        alternatives.setdefault(top.token, top.logprob)
+    return alternatives
+
+
 class CompletionChoice(BaseModel):
     """The one choice of a ``text_completion`` (or of one of its chunks)."""
 
     text: str
     index: int = 0
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length"] | None
 
 
@@ -124,19 +177,21 @@ def _finish_reason(status: str) -> Literal["stop", "length"]:
     return "length" if status == "incomplete" else "stop"
 
 
-def text_completion(response: Response) -> TextCompletion:
-    """A final response as a ``text_completion``."""
-    text = "".join(
-        part.text
-        for item in response.output
-        if isinstance(item, OutputMessage)
-        for part in item.content
+def text_completion(response: Response, prompt_chars: int) -> TextCompletion:
+    """A final response as a ``text_completion``, continuing a prompt of ``prompt_chars``
+    characters (where the logprobs' ``text_offset`` starts)."""
+    parts = [
+        part for item in response.output if isinstance(item, OutputMessage) for part in item.content
+    ]
+    logprobs = [part.logprobs for part in parts if part.logprobs is not None]
+    choice = CompletionChoice(
+        text="".join(part.text for part in parts),
+        finish_reason=_finish_reason(response.status),
+        logprobs=completion_logprobs([lp for part in logprobs for lp in part], prompt_chars)
+        if logprobs
+        else None,
     )
-    return _object(
-        response,
-        [CompletionChoice(text=text, finish_reason=_finish_reason(response.status))],
-        response.usage,
-    )
+    return _object(response, [choice], response.usage)
 
 
 def _object(
@@ -154,22 +209,31 @@ def _object(
 class CompletionChunks:
     """Turns a response's events into ``text_completion`` chunks, the usage last if asked for."""
 
-    def __init__(self, response: Response, *, include_usage: bool) -> None:
+    def __init__(self, response: Response, *, include_usage: bool, prompt_chars: int) -> None:
         self.response = response
         self.include_usage = include_usage
+        self._offset = prompt_chars  # the next token's ``text_offset``
 
     def feed(self, event: ResponseEvent) -> list[CompletionStreamFrame]:
         """The chunks of ``event`` (none for events that add no text)."""
         return self._of(event.data)
 
-    def _chunk(self, text: str, finish_reason: Literal["stop", "length"] | None) -> TextCompletion:
-        return _object(
-            self.response, [CompletionChoice(text=text, finish_reason=finish_reason)], None
-        )
+    def _chunk(
+        self,
+        text: str,
+        finish_reason: Literal["stop", "length"] | None,
+        logprobs: CompletionLogprobs | None = None,
+    ) -> TextCompletion:
+        choice = CompletionChoice(text=text, finish_reason=finish_reason, logprobs=logprobs)
+        return _object(self.response, [choice], None)
 
     def _of(self, data: EventData) -> list[CompletionStreamFrame]:
         if isinstance(data, OutputTextDelta):
-            return [self._chunk(data.delta, None)]
+            if data.logprobs is None:
+                return [self._chunk(data.delta, None)]
+            logprobs = completion_logprobs(data.logprobs, self._offset)
+            self._offset += sum(len(entry.token) for entry in data.logprobs)
+            return [self._chunk(data.delta, None, logprobs)]
         return closing_frames(
             data,
             lambda status: self._chunk("", _finish_reason(status)),

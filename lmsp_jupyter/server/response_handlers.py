@@ -221,10 +221,13 @@ class CompletionsHandler(_CreatingHandler):
             error.param = completion_param(error.param)
             raise
         if not completion.stream:
-            return 200, text_completion(await self.service.complete(run)).model_dump_json()
+            response = await self.service.complete(run)
+            return 200, text_completion(response, len(completion.text)).model_dump_json()
         options = completion.stream_options
         chunks = CompletionChunks(
-            run.response(), include_usage=bool(options and options.include_usage)
+            run.response(),
+            include_usage=bool(options and options.include_usage),
+            prompt_chars=len(completion.text),
         )
         return await self._stream_answer(run, claim, chunks.feed)
 

@@ -1,6 +1,7 @@
 """Penalties and token logprobs through the official ``openai`` Python SDK, on the live server
-and the bundled model (section 11): the SDK parses them, streamed equals not streamed, Chat
-Completions and Responses agree, bad values are 400s naming the field. Nothing here compares
+and the bundled model (section 11): the SDK parses them (Completions' legacy shape too),
+streamed equals not streamed, Chat Completions and Responses agree, bad values are 400s
+naming the field. Nothing here compares
 the model's text with a fixed string."""
 
 from __future__ import annotations
@@ -149,3 +150,57 @@ def test_responses_values_out_of_range_are_bad_requests(
     with pytest.raises(openai.BadRequestError) as info:
         sdk.responses.create(model=MODEL, input="Hi", max_output_tokens=2, extra_body=fields)
     assert (info.value.code, info.value.param) == ("invalid_request", param)
+
+
+def complete(sdk: OpenAI, **fields: Any) -> Any:
+    return sdk.completions.create(
+        **{"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0, **fields}
+    )
+
+
+def test_completion_logprobs_come_in_the_legacy_shape(sdk: OpenAI) -> None:
+    completion = complete(sdk, logprobs=2)
+    (choice,) = completion.choices
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs
+    assert logprobs.top_logprobs is not None and logprobs.text_offset is not None
+    assert completion.usage is not None
+    assert len(logprobs.tokens) == completion.usage.completion_tokens
+    assert len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == len(logprobs.tokens)
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.text_offset[0] == len(PROMPT)
+    assert all(value <= 0 for value in logprobs.token_logprobs)
+    for token, value, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert 1 <= len(top) <= 2 and all(v <= 0 for v in top.values())
+        assert next(iter(top.items())) == (token, value)  # the greedy token is the most likely
+    assert complete(sdk).choices[0].logprobs is None  # not asked for: none
+
+
+def test_streamed_completion_logprobs_equal_the_unstreamed_ones(sdk: OpenAI) -> None:
+    whole = complete(sdk, logprobs=3).choices[0].logprobs
+    streamed: dict[str, list[Any]] = {
+        "tokens": [],
+        "token_logprobs": [],
+        "top_logprobs": [],
+        "text_offset": [],
+    }
+    for chunk in complete(sdk, logprobs=3, stream=True):
+        for choice in chunk.choices:
+            if choice.logprobs is not None:
+                for key, values in streamed.items():
+                    values.extend(getattr(choice.logprobs, key))
+    assert streamed["tokens"] and streamed == whole.model_dump()
+
+
+def test_penalties_reach_the_model_on_completions(sdk: OpenAI) -> None:
+    penalized = complete(sdk, max_tokens=24, frequency_penalty=2.0, presence_penalty=1.0)
+    assert penalized.choices[0].text != complete(sdk, max_tokens=24).choices[0].text
+
+
+@pytest.mark.parametrize("value", [6, -1])
+def test_completion_logprobs_out_of_range_are_bad_requests(sdk: OpenAI, value: int) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        complete(sdk, logprobs=value)
+    assert (info.value.code, info.value.param) == ("invalid_request", "logprobs")
