@@ -12,9 +12,16 @@ from lmsp_jupyter.engine.catalog import ModelCatalog
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
+from lmsp_jupyter.service.leases import Lease
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
-from lmsp_jupyter.service.store import ResponseRecords, Store, StoredEvent, TaskRecords
+from lmsp_jupyter.service.store import (
+    LeaseRecords,
+    ResponseRecords,
+    Store,
+    StoredEvent,
+    TaskRecords,
+)
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL
 
@@ -58,10 +65,15 @@ def service_of(engine: Any, store: Store | None = None) -> ResponseService:
     )
 
 
-def services(engine: Any, store: Store) -> tuple[ResponseService, TaskService]:
-    """The response and task services over ``engine``, storing in ``store``."""
+def services(
+    engine: Any, store: Store, *, lease_seconds: float = 30.0
+) -> tuple[ResponseService, TaskService]:
+    """The response and task services over ``engine``, storing in ``store``, under a lease of
+    their own (a server process's) of ``lease_seconds``, taken."""
     responses = service_of(engine, store)
-    return responses, TaskService(responses, TaskRecords(store))
+    lease = Lease(LeaseRecords(store), seconds=lease_seconds)
+    lease.renew()
+    return responses, TaskService(responses, TaskRecords(store), lease)
 
 
 def names(events: Sequence[ResponseEvent] | Sequence[StoredEvent]) -> list[str]:
