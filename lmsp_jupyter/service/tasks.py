@@ -294,7 +294,7 @@ class TaskService:
             result=Response.model_validate_json(row["result"]) if row["result"] else None,
             error=Problem.model_validate_json(row["error"]) if row["error"] else None,
             metadata=json.loads(row["metadata"]),
-            queue_position=self._queue_position(row["id"]),
+            queue_position=self._queue_position(row["id"]) if row["status"] == "queued" else None,
         )
 
     def task_of_response(self, response_id: str, owner: str) -> str:

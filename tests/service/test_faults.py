@@ -40,9 +40,11 @@ from tests.service.helpers import (
     MESSAGE_DONE,
     MESSAGE_OPEN,
     START,
+    follow_all,
     names,
     request,
     services,
+    wait_final,
 )
 
 
@@ -134,17 +136,6 @@ async def test_a_response_that_cannot_be_stored_ends_with_response_failed(
 
 
 # --- tasks ---------------------------------------------------------------------------------------
-
-
-async def follow_all(tasks: TaskService, task_id: str, after: int = 0) -> list[Any]:
-    return [event async for event in tasks.follow(task_id, "jupyter", after)]
-
-
-async def wait_final(tasks: TaskService, task_id: str) -> None:
-    async def ended() -> bool:
-        return tasks.get(task_id, "jupyter").status not in ("queued", "in_progress")
-
-    await eventually_async(ended, interval=0.02, what=f"task {task_id} ended")
 
 
 async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: Path) -> None:
