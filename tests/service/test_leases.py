@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import sqlite3
 import time
 from pathlib import Path
@@ -302,6 +303,58 @@ async def test_a_key_in_flight_on_a_gone_server_is_free_once_its_lease_lapsed(
     outcome = await later.once(OWNER, "k", "print", answer, wait_if_running=False)
     assert outcome is not None and not outcome.replayed
     assert not records.claim(OWNER, "k", "print", "other", int(time.time()), 0)  # one claim wins
+
+
+# --- processes at once --------------------------------------------------------------------------
+
+
+def failed_ending(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+    """A final event for a gone server's task (none is gone in the test below)."""
+    final = FinalState("failed", None, None, 0)
+    return StoredEvent(row["last_event_id"] + 1, "response.failed", "{}"), final
+
+
+def busy_server(path: str, holder: str, events: int, go: Any) -> None:
+    """A process that opens the store (new, or being created), takes its lease and writes a
+    task's events one transaction each, renewing and recovering every 50."""
+    go.wait()
+    store = Store(Path(path))
+    leases, records = LeaseRecords(store), TaskRecords(store)
+
+    def renew() -> None:
+        at = time.time()
+        leases.hold(holder, host="h", pid=0, started_at=at, at=at, until=at + LONG)
+        leases.end_gone(at, failed_ending)
+
+    renew()
+    records.insert(
+        task_id=holder, owner=OWNER, holder=holder, model="m", response_id=f"resp_{holder}",
+        request="{}", metadata={}, at=1,
+    )  # fmt: skip
+    for event_id in range(1, events + 1):
+        records.append(holder, holder, StoredEvent(event_id, "response.output_text.delta", "{}"))
+        if event_id % 50 == 0:
+            renew()
+
+
+def test_servers_creating_and_writing_one_store_at_once_never_find_it_locked(
+    tmp_path: Path,
+) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    go = spawn.Event()
+    path, holders = tmp_path / "s.db", ["a", "b", "c"]
+    processes = [
+        spawn.Process(target=busy_server, args=(str(path), holder, 300, go)) for holder in holders
+    ]
+    for process in processes:
+        process.start()
+    go.set()  # all at once, the file not yet made
+    for process in processes:
+        process.join()
+    assert [process.exitcode for process in processes] == [0, 0, 0]  # no "database is locked"
+    records = TaskRecords(Store(path))
+    for holder in holders:
+        assert [e.id for e in records.events_after(holder, 0)] == list(range(1, 301))
 
 
 # --- an older store -----------------------------------------------------------------------------
