@@ -39,6 +39,8 @@ from lmsp_jupyter.service.store import FinalState, Store, StoredEvent, TaskRecor
 WORDS = (" The", " keeper", " climbed", " the", " tower", ",", " and", " the", " lamp", ".")
 DEFAULT_PROMPT = "Write a long story."
 MB = 1_000_000
+#: The process the stored task names as its runner: none that serves (the task is final).
+HOLDER = "replay_stored"
 
 
 def check_sequence(
@@ -130,16 +132,17 @@ def fill_store(path: Path, total: int) -> StoredTask:
     records.insert(
         task_id=task_id,
         owner=OWNER,
+        holder=HOLDER,
         model=BUNDLED_MODEL_ID,
         response_id=response_id,
         request=request.model_dump_json(by_alias=True, exclude_none=True),
         metadata={},
         at=at,
     )
-    records.started(task_id, at)
+    records.started(task_id, HOLDER, at)
     for event in events[:-1]:
-        records.append(task_id, event)
-    records.append(task_id, events[-1], final_state(response_id, events, now()))
+        records.append(task_id, HOLDER, event)
+    records.append(task_id, HOLDER, events[-1], final_state(response_id, events, now()))
     fill_s = time.perf_counter() - start
     store.close()
     expected = [ServerSentEvent(e.event, e.data, str(e.id)) for e in events]

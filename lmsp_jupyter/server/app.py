@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Enum, Float, Int, List, Type, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Type, Unicode, default
 
 from ..client import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.backend import GenerationBackend
@@ -35,9 +35,17 @@ from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..engine.scheduler import Engine, EngineSettings
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
+from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
-from ..service.store import IdempotencyRecords, ResponseRecords, Store, TaskRecords, now
+from ..service.store import (
+    IdempotencyRecords,
+    LeaseRecords,
+    ResponseRecords,
+    Store,
+    TaskRecords,
+    now,
+)
 from ..service.tasks import TaskService
 from . import ollama_handlers
 from .auth import ScopedTokens
@@ -206,7 +214,23 @@ class LmspApp(ExtensionApp):
 
     store_path = Unicode(
         help="The SQLite file of tasks, events, stored responses and idempotency keys. "
-        "Default: lmsp/lmsp.sqlite3 in the Jupyter data directory.",
+        "Default: lmsp/lmsp.sqlite3 in the Jupyter data directory, shared by all of a user's "
+        "Jupyter servers (see lease_seconds).",
+    ).tag(config=True)
+
+    lease_seconds = Float(
+        LEASE_SECONDS,
+        help="How long this server's lease on the tasks it runs lasts unrenewed. Servers that "
+        "share a store (all of a user's, by default) each hold one; a server fails another's "
+        "queued and running tasks with service_restarted, and frees its idempotency keys in "
+        "flight, only once that server's lease has lapsed: it was killed or hung this long. "
+        "Must be more than lease_renew_seconds.",
+    ).tag(config=True)
+
+    lease_renew_seconds = Float(
+        RENEW_SECONDS,
+        help="How often this server renews its lease and fails the tasks of servers whose "
+        "lease has lapsed.",
     ).tag(config=True)
 
     max_queued_tasks = Int(
@@ -324,7 +348,14 @@ class LmspApp(ExtensionApp):
         for notice in catalog.notices():
             self.log.warning("%s", notice)
         self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
+        if self.lease_seconds <= self.lease_renew_seconds:
+            raise TraitError(
+                f"LmspApp.lease_seconds ({self.lease_seconds:g}) must be more than "
+                f"LmspApp.lease_renew_seconds ({self.lease_renew_seconds:g})"
+            )
         store = Store(Path(self.store_path).expanduser())
+        lease = Lease(LeaseRecords(store), seconds=self.lease_seconds)
+        lease.renew()
         models = ModelDirectory(
             self.engine,
             self.engine,
@@ -339,13 +370,12 @@ class LmspApp(ExtensionApp):
         self.task_service = TaskService(
             responses,
             TaskRecords(store),
+            lease,
             event_retention_seconds=self.event_retention_seconds,
             task_retention_seconds=self.task_retention_seconds,
         )
-        recovered = self.task_service.recover()
-        if recovered:
-            self.log.warning("%d tasks were cut short by a restart: failed", recovered)
-        self.idempotency = IdempotencyKeys(IdempotencyRecords(store))
+        self._recovered(self.task_service.recover())
+        self.idempotency = IdempotencyKeys(IdempotencyRecords(store), lease.holder)
         self.settings.update(
             lmsp_models=models,
             lmsp_embeddings=self.embeddings,
@@ -359,6 +389,8 @@ class LmspApp(ExtensionApp):
         )
         self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
         self._purger.start()
+        self._lease_keeper = PeriodicCallback(self._renew_lease, self.lease_renew_seconds * 1000)
+        self._lease_keeper.start()
         self._remote_refresher: PeriodicCallback | None = None
         if remotes:
             self._remote_refresher = PeriodicCallback(
@@ -374,6 +406,22 @@ class LmspApp(ExtensionApp):
         for handler in self.log.handlers:
             if handler not in package.handlers:
                 package.addHandler(handler)
+
+    def _recovered(self, failed: int) -> None:
+        if failed:
+            self.log.warning(
+                "%d tasks of servers that stopped (this store's earlier ones, or another "
+                "that shares it) were failed: service_restarted",
+                failed,
+            )
+
+    def _renew_lease(self) -> None:
+        """Renew the lease on the event loop (a quick write; on a thread, a busy pool could
+        delay it past its expiry), then fail what servers that are gone held."""
+        try:
+            self._recovered(self.task_service.renew())
+        except Exception:  # the store fails now: the next tick tries again
+            self.log.exception("the lease on the store could not be renewed")
 
     async def _purge(self) -> None:
         """Retention, off the event loop: SQLite deletes run on a worker thread."""
@@ -426,6 +474,7 @@ class LmspApp(ExtensionApp):
             self._ollama_listener.stop()
         if hasattr(self, "_purger"):
             self._purger.stop()
+            self._lease_keeper.stop()
             if self._remote_refresher is not None:
                 self._remote_refresher.stop()
             await self.task_service.close()

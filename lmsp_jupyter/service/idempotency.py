@@ -11,6 +11,8 @@ from ..protocol.errors import PROBLEM_STATUSES, LmspError, Problem
 from .store import IdempotencyRecords, now
 
 KEY_TTL_SECONDS = 24 * 3600
+#: How often a request waits to see the answer of a key whose first attempt another server runs.
+ELSEWHERE_POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,13 @@ Action = Callable[[Claim | None], Awaitable[Answer]]
 
 
 class IdempotencyKeys:
-    """Runs a creating request at most once per (owner, key)."""
+    """Runs a creating request at most once per (owner, key), among all the servers that share
+    the store: a key is claimed by this process (``holder``, its lease) while its first attempt
+    runs, and free again if the attempt kept no answer or its process is gone."""
 
-    def __init__(self, records: IdempotencyRecords) -> None:
+    def __init__(self, records: IdempotencyRecords, holder: str) -> None:
         self.records = records
+        self.holder = holder
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     async def once(
@@ -74,45 +79,46 @@ class IdempotencyKeys:
     ) -> Outcome | None:
         """Run ``action`` unless ``key`` already has an answer for this request.
 
-        A stored problem is raised again; while the first attempt runs, a second one waits
-        for it (``wait_if_running``) or gets ``idempotency_in_progress``. ``None``: the
-        action had no answer to keep, and the key is free again.
+        A stored problem is raised again; while the first attempt runs (here or on another
+        server), a second one waits for it (``wait_if_running``) or gets
+        ``idempotency_in_progress``. ``None``: the action had no answer to keep, and the key
+        is free again.
         """
         if key is None:
             answer = await action(None)
             return None if answer is None else Outcome(*answer, replayed=False)
         slot = (owner, key)
-        row = self.records.get(owner, key)
-        if row is not None and row["created_at"] < now() - KEY_TTL_SECONDS:
-            row = None
-        if row is not None and row["status"] is None and slot not in self._running:
-            row = None  # claimed by an attempt that died with its process: never blocked
-        if row is not None:
-            if row["fingerprint"] != fingerprint:
-                raise LmspError(
-                    "idempotency_key_reused", "this idempotency key was used with another request"
-                )
-            if row["status"] is None:
-                running = self._running.get(slot)
-                if not wait_if_running or running is None:
+        while True:
+            running = self._running.get(slot)
+            if running is None:  # a free key is claimed at once, its check included
+                at = now()
+                if self.records.claim(
+                    owner, key, fingerprint, self.holder, at, at - KEY_TTL_SECONDS
+                ):
+                    return await self._first(slot, action)
+            row = self.records.get(owner, key)
+            if row is None and running is None:  # freed since: claim it
+                continue
+            if row is not None:
+                if row["fingerprint"] != fingerprint:
                     raise LmspError(
-                        "idempotency_in_progress", "the first request with this key is running"
+                        "idempotency_key_reused",
+                        "this idempotency key was used with another request",
                     )
+                if row["status"] is not None:
+                    return _replay(row["status"], row["body"])
+            if not wait_if_running:
+                raise LmspError(
+                    "idempotency_in_progress", "the first request with this key is running"
+                )
+            if running is not None:
                 await asyncio.shield(running)
-                row = self.records.get(owner, key)
-                if row is None:  # the first attempt kept no answer (it failed): this one is first
-                    return await self._first(slot, fingerprint, action)
-            return _replay(row["status"], row["body"])
-        return await self._first(slot, fingerprint, action)
+            else:  # another server runs it: its answer (or the key, freed) shows in the store
+                await asyncio.sleep(ELSEWHERE_POLL_SECONDS)
 
-    async def _first(
-        self,
-        slot: tuple[str, str],
-        fingerprint: str,
-        action: Action,
-    ) -> Outcome | None:
+    async def _first(self, slot: tuple[str, str], action: Action) -> Outcome | None:
+        """Run the first attempt of a key just claimed."""
         owner, key = slot
-        self.records.begin(owner, key, fingerprint, now())
         claim = Claim(self.records, owner, key)
         done = self._running[slot] = asyncio.get_running_loop().create_future()
         try:

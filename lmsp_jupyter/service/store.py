@@ -1,8 +1,14 @@
 """The SQLite store: tasks, their events, stored responses and idempotency keys.
 
 One connection per thread that uses it; WAL lets the background purge run beside the
-requests. Each event is committed before anyone is sent it, so a killed process loses none
-that a client saw.
+requests, and several servers of one user share one file (every write waits its turn, up to
+the busy timeout). Each event is committed before anyone is sent it, so a killed process loses
+none that a client saw.
+
+Each serving process holds a lease in the file that it renews while it lives; the tasks it runs
+and the idempotency keys it has in flight name it as their holder. What a process whose lease
+has lapsed held is ended by whichever process finds it (:meth:`LeaseRecords.end_gone`); every
+rule of who is alive is in :class:`LeaseRecords` and :func:`_gone`.
 """
 
 from __future__ import annotations
@@ -69,7 +75,24 @@ MIGRATIONS: list[str] = [
     UPDATE tasks SET metadata = json_extract(request, '$.metadata')
         WHERE json_type(request, '$.metadata') = 'object';
     """,
+    # Several servers on one file: each process holds a lease while it lives, and the tasks it
+    # runs and the keys it has in flight name it (NULL: from before, held by no one).
+    """
+    CREATE TABLE leases (
+        holder TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    ALTER TABLE tasks ADD COLUMN holder TEXT;
+    ALTER TABLE idempotency ADD COLUMN holder TEXT;
+    CREATE INDEX unfinished_tasks ON tasks (holder) WHERE status IN ('queued', 'in_progress');
+    """,
 ]
+
+#: The statuses of a task that has not ended.
+UNFINISHED = "status IN ('queued', 'in_progress')"
 
 
 #: How long a write waits for another writer (it blocks the event loop meanwhile).
@@ -90,6 +113,11 @@ def store_problem(exc: BaseException) -> LmspError | None:
             retry_after=RETRY_AFTER_SECONDS,
         )
     return LmspError("internal_error", "the store failed; see the server log")
+
+
+class TaskLost(Exception):
+    """A write to a task that is no longer this process's to write: it has ended, failed by
+    another server that found this one's lease lapsed (the process was paused or stalled)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +222,7 @@ class TaskRecords:
         *,
         task_id: str,
         owner: str,
+        holder: str,
         model: str,
         response_id: str,
         request: str,
@@ -201,13 +230,14 @@ class TaskRecords:
         at: int,
         then: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
-        """A new queued task; ``then`` writes more in the same transaction."""
+        """A new queued task run by the process ``holder``; ``then`` writes more in the same
+        transaction."""
         with self.store.transaction() as db:
             db.execute(
                 "INSERT INTO tasks"
-                " (id, owner, model, status, created_at, response_id, request, metadata)"
-                " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
-                (task_id, owner, model, at, response_id, request, dumps(metadata)),
+                " (id, owner, holder, model, status, created_at, response_id, request, metadata)"
+                " VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                (task_id, owner, holder, model, at, response_id, request, dumps(metadata)),
             )
             if then is not None:
                 then(db)
@@ -244,28 +274,46 @@ class TaskRecords:
         query += " ORDER BY created_at DESC, id DESC LIMIT ?"
         return self.store.db.execute(query, (*args, limit)).fetchall()
 
-    def started(self, task_id: str, at: int) -> None:
-        """The task left the queue."""
+    def started(self, task_id: str, holder: str, at: int) -> None:
+        """The task left the queue; :class:`TaskLost` if it is no longer ``holder``'s."""
         with self.store.transaction() as db:
-            db.execute(
-                "UPDATE tasks SET status = 'in_progress', started_at = ? WHERE id = ?",
-                (at, task_id),
-            )
+            changed = db.execute(
+                "UPDATE tasks SET status = 'in_progress', started_at = ?"
+                " WHERE id = ? AND holder = ? AND status = 'queued'",
+                (at, task_id, holder),
+            ).rowcount
+            if not changed:
+                raise TaskLost(task_id)
 
-    def append(self, task_id: str, event: StoredEvent, final: FinalState | None = None) -> None:
-        """Store one event (and, with the final one, the task's end) in one transaction."""
+    def append(
+        self, task_id: str, holder: str, event: StoredEvent, final: FinalState | None = None
+    ) -> None:
+        """Store one event (and, with the final one, the task's end) in one transaction;
+        :class:`TaskLost` if the task is no longer ``holder``'s to write (it has ended)."""
         with self.store.transaction() as db:
+            held = db.execute(
+                f"SELECT 1 FROM tasks WHERE id = ? AND holder = ? AND {UNFINISHED}",
+                (task_id, holder),
+            ).fetchone()
+            if held is None:
+                raise TaskLost(task_id)
+            self.write_in(db, task_id, event, final)
+
+    @staticmethod
+    def write_in(
+        db: sqlite3.Connection, task_id: str, event: StoredEvent, final: FinalState | None
+    ) -> None:
+        """Store one event (and the task's end) in ``db``'s open transaction."""
+        db.execute(
+            "INSERT INTO events (task_id, id, event, data) VALUES (?, ?, ?, ?)",
+            (task_id, event.id, event.event, event.data),
+        )
+        db.execute("UPDATE tasks SET last_event_id = ? WHERE id = ?", (event.id, task_id))
+        if final is not None:
             db.execute(
-                "INSERT INTO events (task_id, id, event, data) VALUES (?, ?, ?, ?)",
-                (task_id, event.id, event.event, event.data),
+                "UPDATE tasks SET status = ?, result = ?, error = ?, completed_at = ? WHERE id = ?",
+                (final.status, final.result, final.error, final.at, task_id),
             )
-            db.execute("UPDATE tasks SET last_event_id = ? WHERE id = ?", (event.id, task_id))
-            if final is not None:
-                db.execute(
-                    "UPDATE tasks SET status = ?, result = ?, error = ?, completed_at = ?"
-                    " WHERE id = ?",
-                    (final.status, final.result, final.error, final.at, task_id),
-                )
 
     def events_after(self, task_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
         """Stored events with ids greater than ``after``, in order."""
@@ -274,12 +322,6 @@ class TaskRecords:
             (task_id, after, limit),
         ).fetchall()
         return [StoredEvent(row["id"], row["event"], row["data"]) for row in rows]
-
-    def unfinished(self) -> list[sqlite3.Row]:
-        """Tasks that were queued or running when the service stopped."""
-        return self.store.db.execute(
-            "SELECT * FROM tasks WHERE status IN ('queued', 'in_progress') ORDER BY created_at"
-        ).fetchall()
 
     def purge(self, *, events_before: int, tasks_before: int) -> tuple[int, int]:
         """Drop events of tasks that ended before one time and tasks that ended before another."""
@@ -361,13 +403,30 @@ class IdempotencyRecords:
         ).fetchone()
         return row
 
-    def begin(self, owner: str, key: str, fingerprint: str, at: int) -> None:
-        """Claim a key for a request now running."""
+    def claim(
+        self, owner: str, key: str, fingerprint: str, holder: str, at: int, expired_before: int
+    ) -> bool:
+        """Claim a key for a request that ``holder`` runs now; ``False``: it is taken.
+
+        A key is free when it has no record, when its record is older than
+        ``expired_before``, or when its first attempt has no answer and is no one's any more:
+        its process's lease has lapsed, or it was ``holder``'s own (the caller claims only keys
+        it is not running). The check and the claim are one write, so two servers never
+        both claim one key.
+        """
         with self.store.transaction() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO idempotency (owner, key, fingerprint, created_at)"
-                " VALUES (?, ?, ?, ?)",
-                (owner, key, fingerprint, at),
+            return (
+                db.execute(
+                    "INSERT INTO idempotency (owner, key, fingerprint, created_at, holder)"
+                    " VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (owner, key) DO UPDATE SET fingerprint = excluded.fingerprint,"
+                    " created_at = excluded.created_at, holder = excluded.holder,"
+                    " status = NULL, body = NULL"
+                    " WHERE idempotency.created_at < ? OR (idempotency.status IS NULL AND"
+                    f" (idempotency.holder = excluded.holder OR {_gone('idempotency.holder')}))",
+                    (owner, key, fingerprint, at, holder, expired_before, time.time()),
+                ).rowcount
+                == 1
             )
 
     def complete(self, owner: str, key: str, status: int, body: str) -> None:
@@ -392,3 +451,70 @@ class IdempotencyRecords:
         """Drop keys older than ``before``."""
         with self.store.transaction() as db:
             return db.execute("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount
+
+
+def _gone(column: str) -> str:
+    """SQL that is true when the process ``column`` names holds no lease at the time bound to
+    its one ``?`` (seconds since the epoch): it stopped, or stopped renewing. NULL (work
+    stored before leases) is no one's."""
+    return (
+        "NOT EXISTS (SELECT 1 FROM leases"
+        f" WHERE leases.holder = {column} AND leases.expires_at > ?)"
+    )
+
+
+class LeaseRecords:
+    """The SQL of leases: which serving processes are alive, and what the gone ones leave.
+
+    A process holds a lease from its start, renews it well before it expires, and releases it
+    when it stops cleanly. Times are seconds since the epoch of the machine (servers sharing a
+    file share its clock).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def hold(
+        self, holder: str, *, host: str, pid: int, started_at: float, at: float, until: float
+    ) -> bool:
+        """Hold ``holder``'s lease until ``until``; ``False``: it was not held at ``at`` (new,
+        or lapsed: the work it held may have been ended by another process meanwhile)."""
+        with self.store.transaction() as db:
+            renewed = db.execute(
+                "UPDATE leases SET expires_at = ? WHERE holder = ? AND expires_at > ?",
+                (until, holder, at),
+            ).rowcount
+            if renewed:
+                return True
+            db.execute(
+                "INSERT OR REPLACE INTO leases (holder, host, pid, started_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (holder, host, pid, started_at, until),
+            )
+            return False
+
+    def release(self, holder: str) -> None:
+        """Give the lease up (a clean stop): what ``holder`` still holds is gone's now."""
+        with self.store.transaction() as db:
+            db.execute("DELETE FROM leases WHERE holder = ?", (holder,))
+
+    def end_gone(
+        self, at: float, ending: Callable[[sqlite3.Row], tuple[StoredEvent, FinalState]]
+    ) -> int:
+        """End what processes gone at ``at`` held, in one write: each unfinished task gets the
+        final event ``ending`` makes of its row, keys in flight are freed, lapsed leases
+        dropped. Returns how many tasks were ended."""
+        with self.store.transaction() as db:
+            rows = db.execute(
+                f"SELECT * FROM tasks WHERE {UNFINISHED} AND {_gone('tasks.holder')}"
+                " ORDER BY created_at",
+                (at,),
+            ).fetchall()
+            for row in rows:
+                TaskRecords.write_in(db, row["id"], *ending(row))
+            db.execute(
+                f"DELETE FROM idempotency WHERE status IS NULL AND {_gone('idempotency.holder')}",
+                (at,),
+            )
+            db.execute("DELETE FROM leases WHERE expires_at <= ?", (at,))
+        return len(rows)

@@ -3,6 +3,10 @@
 Every event is stored before it is published; followers of a running task read a shared
 in-memory list of its events (replay and live in one sequence, no gap, no duplicate), and
 followers of a finished task read the store.
+
+Several servers may share the store: each runs the tasks it created, under its lease
+(:mod:`.leases`), and reads the others' from the store. A task whose server is gone (its lease
+lapsed) is failed with ``service_restarted`` by whichever server finds it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -31,13 +36,14 @@ from ..protocol.requests import (
     parse_response_request,
     validate_request,
 )
-from ..protocol.responses import Response
+from ..protocol.responses import Response, ResponseStatus
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .channel import Channel, Interrupted
+from .leases import Lease
 from .queue import Ticket
 from .responses import ResponseService
 from .run import ResponseRun
-from .store import FinalState, StoredEvent, TaskRecords, now
+from .store import FinalState, StoredEvent, TaskLost, TaskRecords, now
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +85,14 @@ class TaskService:
         self,
         responses: ResponseService,
         records: TaskRecords,
+        lease: Lease,
         *,
         event_retention_seconds: int = 3600,
         task_retention_seconds: int = 86400,
     ) -> None:
         self.responses = responses
         self.records = records
+        self.lease = lease
         self.event_retention_seconds = event_retention_seconds
         self.task_retention_seconds = task_retention_seconds
         self._live: dict[str, _Queued] = {}
@@ -139,6 +147,7 @@ class TaskService:
             self.records.insert(
                 task_id=queued.task_id,
                 owner=owner,
+                holder=self.lease.holder,
                 model=run.entry.id,
                 response_id=run.id,
                 request=request.model_dump_json(by_alias=True, exclude_none=True),
@@ -164,16 +173,29 @@ class TaskService:
 
     async def _run(self, queued: _Queued) -> None:
         def started() -> None:
-            self.records.started(queued.task_id, now())
+            self.records.started(queued.task_id, self.lease.holder, now())
 
         try:
             events = self.responses.events(queued.run, queued.cancel, started)
             async with contextlib.aclosing(events):  # a failed store stops the generation
                 async for event in events:
                     self._record(queued.task_id, queued.run, event, queued)
+        except TaskLost:
+            self._lost(queued.task_id)
         except Exception:
             log.exception("task %s failed", queued.task_id)
             await self._fail(queued)
+
+    def _lost(self, task_id: str) -> None:
+        """A task another server ended while this one ran it (this one's lease had lapsed):
+        it stops here, and its live followers get what is stored, its final event last."""
+        log.warning("task %s was ended by another server while this one ran it", task_id)
+        channel = self._channels.pop(task_id, None)
+        if channel is None:
+            return
+        after = channel.events[-1].id if channel.events else 0
+        for event in self.records.events_after(task_id, after):
+            channel.publish(event)
 
     async def _fail(self, queued: _Queued) -> None:
         """End a task that failed on the service's side with ``response.failed``, stored.
@@ -191,6 +213,9 @@ class TaskService:
         while not self._closing:
             try:
                 self._record(queued.task_id, queued.run, final, queued)
+                return
+            except TaskLost:
+                self._lost(queued.task_id)
                 return
             except Exception:
                 log.warning("task %s: the store refuses its final event; retrying", queued.task_id)
@@ -210,7 +235,7 @@ class TaskService:
         event: ResponseEvent,
         queued: _Queued | None = None,
     ) -> None:
-        if self._closing:  # what a stopping service cut short is failed by ``recover``
+        if self._closing:  # what a stopping service cut short is failed by ``close``
             return
         stored = StoredEvent.of(event)
         final = None
@@ -221,7 +246,7 @@ class TaskService:
                 error=run.error.to_problem().model_dump_json() if run.error else None,
                 at=now(),
             )
-        self.records.append(task_id, stored, final)
+        self.records.append(task_id, self.lease.holder, stored, final)
         if queued is not None:
             queued.last_id = event.id
         channel = self._channels.get(task_id)
@@ -269,7 +294,7 @@ class TaskService:
             result=Response.model_validate_json(row["result"]) if row["result"] else None,
             error=Problem.model_validate_json(row["error"]) if row["error"] else None,
             metadata=json.loads(row["metadata"]),
-            queue_position=self._queue_position(row["id"]),
+            queue_position=self._queue_position(row["id"]) if row["status"] == "queued" else None,
         )
 
     def task_of_response(self, response_id: str, owner: str) -> str:
@@ -287,8 +312,8 @@ class TaskService:
         if row["result"]:
             return Response.model_validate_json(row["result"])
         live = self._live.get(row["id"])
-        if live is None:  # not reached: the final event and the result are stored together
-            raise LmspError("internal_error", f"background response {response_id!r} is lost")
+        if live is None:  # another server runs it: as the store has it, without its output
+            return _stored_response(row, row["status"])
         response = live.run.response()
         return _queued(response) if row["status"] == "queued" else response
 
@@ -312,13 +337,33 @@ class TaskService:
         channel = self._channels.get(task_id)
         if channel is not None:
             return channel.follow(after)
-        return self._stored_events(task_id, after)
+        if row["status"] in FINAL_TASK_STATUSES:
+            return self._stored_events(task_id, after)
+        return self._elsewhere(task_id, after)
 
     async def _stored_events(self, task_id: str, after: int) -> AsyncIterator[StoredEvent]:
         while events := self.records.events_after(task_id, after):
             for event in events:
                 yield event
             after = events[-1].id
+
+    async def _elsewhere(
+        self, task_id: str, after: int
+    ) -> AsyncIterator[StoredEvent | Interrupted]:
+        """The events of a task that another server runs (or ran, if it is gone and the task
+        not yet failed): those stored so far, then an ``error`` event with the last one's id,
+        from which the client resumes later and reads what has been stored since."""
+        async for event in self._stored_events(task_id, after):
+            yield event
+            if event.is_final:  # it ended meanwhile
+                return
+            after = event.id
+        problem = LmspError(
+            "internal_error",
+            f"{task_id!r} runs on another server sharing this store: its events are not relayed"
+            " live here; reconnect with the last event id for those stored since",
+        ).to_problem()
+        yield Interrupted(problem, after)
 
     # --- cancelling, recovering, purging ----------------------------------------------------
 
@@ -336,7 +381,10 @@ class TaskService:
         self._stop_waiting(queued)
         queued.run.status = "cancelled"
         cancelled = ResponseCancelled(response_id=queued.run.id, response=queued.run.response())
-        self._record(task_id, queued.run, ResponseEvent(id=1, data=cancelled))
+        try:
+            self._record(task_id, queued.run, ResponseEvent(id=1, data=cancelled))
+        except TaskLost:
+            self._lost(task_id)
         return self.get(task_id, owner)
 
     @staticmethod
@@ -347,30 +395,19 @@ class TaskService:
             queued.worker.cancel()
 
     def recover(self) -> int:
-        """After a restart: tasks that were queued or running fail with ``service_restarted``."""
-        rows = self.records.unfinished()
-        for row in rows:
-            error = LmspError("service_restarted", "the service stopped while the task ran")
-            response = Response(
-                id=row["response_id"],
-                created_at=row["created_at"],
-                status="failed",
-                model=row["model"],
-                error=error.to_problem(),
-            )
-            failed = ResponseFailed(
-                response_id=row["response_id"], error=error.to_problem(), response=response
-            )
-            event = ResponseEvent(id=row["last_event_id"] + 1, data=failed)
-            stored = StoredEvent.of(event)
-            final = FinalState(
-                status="failed",
-                result=response.model_dump_json(),
-                error=error.to_problem().model_dump_json(),
-                at=now(),
-            )
-            self.records.append(row["id"], stored, final)
-        return len(rows)
+        """Fail with ``service_restarted`` the tasks of servers that are gone (their lease
+        lapsed, or was released), and free their keys in flight; returns how many tasks.
+
+        Runs at start and on every :meth:`renew`; the tasks of live servers, this one's
+        included, are left to them.
+        """
+        return self.lease.records.end_gone(time.time(), _restarted)
+
+    def renew(self) -> int:
+        """Renew this server's lease, then :meth:`recover`: run every
+        ``LmspApp.lease_renew_seconds``."""
+        self.lease.renew()
+        return self.recover()
 
     def purge(self, at: int | None = None) -> tuple[int, int]:
         """Drop expired events, then expired tasks; returns how many of each."""
@@ -381,7 +418,9 @@ class TaskService:
         )
 
     async def close(self) -> None:
-        """Stop running and queued tasks; the next start fails them as ``service_restarted``."""
+        """Stop running and queued tasks, give the lease up and fail what was cut short with
+        ``service_restarted`` (what a killed server leaves, the others fail once its lease
+        lapses)."""
         self._closing = True
         workers = [queued.worker for queued in self._live.values() if queued.worker is not None]
         for queued in list(self._live.values()):
@@ -391,8 +430,42 @@ class TaskService:
                 self._stop_waiting(queued)
         if workers:
             await asyncio.wait(workers, timeout=10)
+        try:
+            self.lease.release()
+            self.recover()
+        except sqlite3.Error:  # the others fail these tasks once the lease lapses
+            log.exception("the store failed: this server's tasks stay until its lease lapses")
 
 
 def _queued(response: Response) -> Response:
     """A response as it stands while its task waits in the queue."""
     return response.model_copy(update={"status": "queued"})
+
+
+def _stored_response(
+    row: sqlite3.Row, status: ResponseStatus, error: Problem | None = None
+) -> Response:
+    """The response of a task's row in ``status``: what the store says of it, without the
+    settings and output that only the process running it has."""
+    return Response(
+        id=row["response_id"],
+        created_at=row["created_at"],
+        status=status,
+        model=row["model"],
+        error=error,
+        metadata=json.loads(row["metadata"]),
+    )
+
+
+def _restarted(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+    """The final event and end of a task whose server is gone: ``service_restarted``."""
+    problem = LmspError("service_restarted", "the service stopped while the task ran").to_problem()
+    response = _stored_response(row, "failed", problem)
+    failed = ResponseFailed(response_id=row["response_id"], error=problem, response=response)
+    final = FinalState(
+        status="failed",
+        result=response.model_dump_json(),
+        error=problem.model_dump_json(),
+        at=now(),
+    )
+    return StoredEvent.of(ResponseEvent(id=row["last_event_id"] + 1, data=failed)), final

@@ -25,9 +25,12 @@ import httpx
 
 from benchmarks.harness.sse import aiter_events
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
+from tests.helpers import eventually
 
 FINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
 PROMPTS = ("Tell me about rivers.", "Count to twenty.", "Write a short poem.", "Name colours.")
+#: A short lease: the restarted server ends what the killed one held soon after it starts.
+LEASE = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}
 
 
 @dataclass(frozen=True)
@@ -133,8 +136,21 @@ class CrashRun:
         return self.figures
 
     def _start(self) -> None:
-        config = {"LmspApp": {"store_path": str(self.store)}}
+        """Restart the server on the store, and wait until the killed one's lease has lapsed
+        and the new one has ended what it held (its tasks failed, its keys in flight freed)."""
+        config = {"LmspApp": {"store_path": str(self.store), **LEASE}}
         self._server = start_server(self.tmp / f"run{self.figures.kill_points}", config=config)
+        eventually(self._settled, what="the killed server's tasks and keys ended")
+
+    def _settled(self) -> bool:
+        with contextlib.closing(sqlite3.connect(self.store)) as db:
+            unfinished: int = db.execute(
+                "SELECT count(*) FROM tasks WHERE status IN ('queued', 'in_progress')"
+            ).fetchone()[0]
+            in_flight: int = db.execute(
+                "SELECT count(*) FROM idempotency WHERE status IS NULL"
+            ).fetchone()[0]
+        return unfinished == 0 and in_flight == 0
 
     def _kill(self) -> None:
         assert self._server is not None

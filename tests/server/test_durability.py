@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -76,7 +77,8 @@ def test_a_full_queue_is_overloaded_with_retry_after_for_tasks_and_direct_reques
 
 def test_a_killed_service_keeps_its_tasks_and_fails_the_running_one(tmp_path: Path) -> None:
     store = tmp_path / "lmsp.sqlite3"
-    config = {"LmspApp": {"store_path": str(store)}}
+    lease = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}  # the restart waits this out
+    config = {"LmspApp": {"store_path": str(store), **lease}}
     server = start_server(tmp_path / "first", config=config)
     with server.client() as client:
         finished = start(client, tokens=4)
@@ -90,7 +92,12 @@ def test_a_killed_service_keeps_its_tasks_and_fails_the_running_one(tmp_path: Pa
     try:
         with again.client() as client:
             assert events(client, finished["id"]) == finished_events
-            task = client.get(f"/tasks/{running['id']}").json()
+
+            def ended() -> dict[str, Any] | None:
+                task: dict[str, Any] = client.get(f"/tasks/{running['id']}").json()
+                return task if task["status"] != "in_progress" else None
+
+            task = eventually(ended, what="the killed server's task ended")
             assert task["status"] == "failed"
             assert task["error"]["code"] == "service_restarted"
             assert task["result"]["status"] == "failed"

@@ -225,7 +225,8 @@ def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "lmsp.sqlite3"
-    config = {"LmspApp": {"store_path": str(store)}}
+    lease = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}  # the restart waits this out
+    config = {"LmspApp": {"store_path": str(store), **lease}}
     body = {"model": MODEL, "input": "Write a long story.", "temperature": 0}
     keys = {
         "sync": {"Idempotency-Key": "killed-sync"},
@@ -249,6 +250,7 @@ def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
                 reply.result()
     assert claimed_keys(store) == {"killed-sync", "killed-stream"}
     with running_server(tmp_path / "second", config=config) as again, again.client() as client:
+        eventually(lambda: not claimed_keys(store), what="the killed server's keys freed")
         short = {**body, "max_output_tokens": 2}
         response = client.post("/responses", json=short, headers=keys["sync"])
         assert response.status_code == 200, response.text

@@ -12,11 +12,20 @@ from lmsp_jupyter.engine.catalog import ModelCatalog
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
+from lmsp_jupyter.protocol.tasks import Task
+from lmsp_jupyter.service.leases import Lease
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
-from lmsp_jupyter.service.store import ResponseRecords, Store, StoredEvent, TaskRecords
+from lmsp_jupyter.service.store import (
+    LeaseRecords,
+    ResponseRecords,
+    Store,
+    StoredEvent,
+    TaskRecords,
+)
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL
+from tests.helpers import eventually_async
 
 #: Threads of the real engine's model.
 THREADS = min(os.cpu_count() or 1, 4)
@@ -58,12 +67,32 @@ def service_of(engine: Any, store: Store | None = None) -> ResponseService:
     )
 
 
-def services(engine: Any, store: Store) -> tuple[ResponseService, TaskService]:
-    """The response and task services over ``engine``, storing in ``store``."""
+def services(
+    engine: Any, store: Store, *, lease_seconds: float = 30.0
+) -> tuple[ResponseService, TaskService]:
+    """The response and task services over ``engine``, storing in ``store``, under a lease of
+    their own (a server process's) of ``lease_seconds``, taken."""
     responses = service_of(engine, store)
-    return responses, TaskService(responses, TaskRecords(store))
+    lease = Lease(LeaseRecords(store), seconds=lease_seconds)
+    lease.renew()
+    return responses, TaskService(responses, TaskRecords(store), lease)
 
 
 def names(events: Sequence[ResponseEvent] | Sequence[StoredEvent]) -> list[str]:
     """The events' names, in order."""
     return [event.event for event in events]
+
+
+async def follow_all(tasks: TaskService, task_id: str, after: int = 0) -> list[Any]:
+    """Every event of the Jupyter owner's task ``task_id`` after ``after``, as followed."""
+    return [event async for event in tasks.follow(task_id, "jupyter", after)]
+
+
+async def wait_final(tasks: TaskService, task_id: str) -> Task:
+    """The Jupyter owner's task ``task_id`` once it has ended."""
+
+    async def ended() -> Task | None:
+        task = tasks.get(task_id, "jupyter")
+        return task if task.status not in ("queued", "in_progress") else None
+
+    return await eventually_async(ended, interval=0.02, what=f"task {task_id} ended")

@@ -40,9 +40,11 @@ from tests.service.helpers import (
     MESSAGE_DONE,
     MESSAGE_OPEN,
     START,
+    follow_all,
     names,
     request,
     services,
+    wait_final,
 )
 
 
@@ -136,17 +138,6 @@ async def test_a_response_that_cannot_be_stored_ends_with_response_failed(
 # --- tasks ---------------------------------------------------------------------------------------
 
 
-async def follow_all(tasks: TaskService, task_id: str, after: int = 0) -> list[Any]:
-    return [event async for event in tasks.follow(task_id, "jupyter", after)]
-
-
-async def wait_final(tasks: TaskService, task_id: str) -> None:
-    async def ended() -> bool:
-        return tasks.get(task_id, "jupyter").status not in ("queued", "in_progress")
-
-    await eventually_async(ended, interval=0.02, what=f"task {task_id} ended")
-
-
 async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: Path) -> None:
     _, tasks = services(
         ScriptedEngine(deltas=("Hel", "lo"), delay=0.01, ending="bug"), Store(tmp_path / "s.db")
@@ -212,7 +203,14 @@ def one_task(store: Store, events: int = 0) -> TaskRecords:
     """The task records of ``store``, with one task, ``t``, and its first ``events`` events."""
     records = TaskRecords(store)
     records.insert(
-        task_id="t", owner="o", model="m", response_id="r", request="{}", at=1, metadata={}
+        task_id="t",
+        owner="o",
+        holder="h",
+        model="m",
+        response_id="r",
+        request="{}",
+        at=1,
+        metadata={},
     )
     for event_id in range(1, events + 1):
         append_one(records, event_id)
@@ -220,7 +218,7 @@ def one_task(store: Store, events: int = 0) -> TaskRecords:
 
 
 def append_one(records: TaskRecords, event_id: int) -> None:
-    records.append("t", StoredEvent(event_id, "response.created", "{}"))
+    records.append("t", "h", StoredEvent(event_id, "response.created", "{}"))
 
 
 def event_ids(records: TaskRecords) -> list[int]:
@@ -297,7 +295,7 @@ def test_a_full_disk_fails_writes_and_the_store_recovers_when_space_returns(
     failures = 0
     for event_id in range(2, 200):  # until a page must grow the file
         try:
-            records.append("t", StoredEvent(event_id, "response.created", "x" * 4000))
+            records.append("t", "h", StoredEvent(event_id, "response.created", "x" * 4000))
         except sqlite3.Error as exc:
             problem = store_problem(exc)
             assert problem is not None and problem.status in (500, 503)
@@ -364,13 +362,13 @@ async def test_a_process_killed_after_storing_a_task_leaves_its_key_answered(
     store = Store(tmp_path / "s.db")
     _, tasks = services(ScriptedEngine(deltas=("a",)), store)
     body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
-    first = IdempotencyKeys(IdempotencyRecords(store))
+    first = IdempotencyKeys(IdempotencyRecords(store), "first")
     with pytest.raises(Killed):
         await first.once(
             "jupyter", "k", "print", keyed_create(tasks, body, then_die=True), wait_if_running=True
         )
     [created] = task_ids(store.path)
-    restarted = IdempotencyKeys(IdempotencyRecords(store))  # a new process: nothing running
+    restarted = IdempotencyKeys(IdempotencyRecords(store), "restarted")  # a new process
     retry = await restarted.once(
         "jupyter", "k", "print", keyed_create(tasks, body), wait_if_running=True
     )
@@ -384,7 +382,7 @@ async def test_a_task_whose_key_cannot_be_recorded_is_not_created(tmp_path: Path
     store = FaultyStore(tmp_path / "s.db")
     _, tasks = services(ScriptedEngine(deltas=("a",)), store)
     body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
-    keys = IdempotencyKeys(IdempotencyRecords(store))
+    keys = IdempotencyKeys(IdempotencyRecords(store), "keys")
     store.on = ("UPDATE IDEMPOTENCY",)
     store.fault = sqlite3.OperationalError("disk I/O error")
     with pytest.raises(sqlite3.OperationalError):

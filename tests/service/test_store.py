@@ -14,10 +14,13 @@ from lmsp_jupyter.service.store import (
     TaskRecords,
 )
 
+#: The process that runs the tasks of these tests.
+HOLDER = "h"
 #: A task of no request in particular.
 TASK: dict[str, Any] = {
     "task_id": "task_1",
     "owner": "o",
+    "holder": HOLDER,
     "model": "m",
     "response_id": "resp_1",
     "request": "{}",
@@ -53,7 +56,7 @@ def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Pa
     path = tmp_path / "lmsp.sqlite3"
     tasks = TaskRecords(Store(path))
     tasks.insert(**TASK)
-    tasks.append("task_1", StoredEvent(1, "response.created", "{}"))
+    tasks.append("task_1", HOLDER, StoredEvent(1, "response.created", "{}"))
     other = sqlite3.connect(path)
     assert other.execute("SELECT id, event FROM events").fetchall() == [(1, "response.created")]
     assert other.execute("SELECT last_event_id FROM tasks").fetchone() == (1,)
@@ -63,7 +66,7 @@ def test_the_final_event_and_the_tasks_end_are_one_write(tmp_path: Path) -> None
     tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
     tasks.insert(**TASK)
     final = FinalState(status="completed", result="{}", error=None, at=5)
-    tasks.append("task_1", StoredEvent(1, "response.completed", "{}"), final)
+    tasks.append("task_1", HOLDER, StoredEvent(1, "response.completed", "{}"), final)
     row = tasks.get("task_1")
     assert row is not None
     assert (row["status"], row["completed_at"], row["last_event_id"]) == ("completed", 5, 1)
@@ -73,7 +76,7 @@ def test_purge_drops_events_first_then_tasks(tmp_path: Path) -> None:
     tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
     tasks.insert(**TASK)
     final = FinalState(status="completed", result="{}", error=None, at=10)
-    tasks.append("task_1", StoredEvent(1, "response.completed", "{}"), final)
+    tasks.append("task_1", HOLDER, StoredEvent(1, "response.completed", "{}"), final)
     assert tasks.purge(events_before=11, tasks_before=5) == (1, 0)
     row = tasks.get("task_1")
     assert row is not None
@@ -115,6 +118,7 @@ def test_newest_keeps_the_tasks_having_every_given_pair(tmp_path: Path) -> None:
         tasks.insert(
             task_id=task_id,
             owner="o",
+            holder=HOLDER,
             model="m",
             response_id=f"resp_{at}",
             request="{}",

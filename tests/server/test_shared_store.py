@@ -1,0 +1,218 @@
+"""Two Jupyter servers on one store, as a user's servers share the one under their Jupyter data
+directory (issue 28): each runs its own tasks under a lease, neither fails the other's while it
+lives, a killed one's tasks are failed once its lease has lapsed, and both read the same tasks.
+
+Real ``jupyter server`` processes with the bundled model, a short lease renewed often.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, start_server, stop_server
+from tests.helpers import eventually
+from tests.server.helpers import (
+    ask,
+    assert_problem,
+    claimed_keys,
+    events,
+    start,
+    wait_for_events,
+)
+
+#: Longer than anything the tests do while a live server must keep its tasks; renewed often.
+LEASE = {"lease_seconds": 8.0, "lease_renew_seconds": 0.5}
+#: A task that runs until it is cancelled or its server dies: its budget takes minutes.
+ENDLESS: dict[str, Any] = {"prompt": "Write a long story.", "tokens": 8000}
+#: A short answer that ends by itself, ``completed``: its schema closes it.
+COLOUR: dict[str, Any] = {
+    "tokens": 200,
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "colour",
+            "schema": {
+                "type": "object",
+                "properties": {"colour": {"type": "string", "maxLength": 12}},
+                "required": ["colour"],
+                "additionalProperties": False,
+            },
+        },
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def _model(bundled_model_path: Path) -> None:
+    """The servers generate with the bundled model."""
+
+
+@contextlib.contextmanager
+def shared(tmp_path: Path, name: str) -> Iterator[LiveServer]:
+    """A server named ``name`` on the store every server of ``tmp_path`` shares; one model slot."""
+    config = {"LmspApp": {"store_path": str(store_of(tmp_path)), "parallel": 1, **LEASE}}
+    server = start_server(tmp_path / name, config=config)
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+def store_of(tmp_path: Path) -> Path:
+    return tmp_path / "shared" / "lmsp.sqlite3"
+
+
+def lease_of(store: Path, *, task_id: str | None = None) -> dict[str, Any]:
+    """The lease of the server running ``task_id`` (without: of the newest server)."""
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        db.row_factory = sqlite3.Row
+        if task_id is None:
+            row = db.execute("SELECT * FROM leases ORDER BY started_at DESC").fetchone()
+        else:
+            row = db.execute(
+                "SELECT leases.* FROM leases JOIN tasks ON tasks.holder = leases.holder"
+                " WHERE tasks.id = ?",
+                (task_id,),
+            ).fetchone()
+        return dict(row)
+
+
+def renewed_twice(store: Path) -> None:
+    """Wait until the newest server has renewed its lease twice (each time it also ends what
+    gone servers held)."""
+    first = lease_of(store)
+    later = first["expires_at"] + 2 * LEASE["lease_renew_seconds"]
+    eventually(lambda: lease_of(store)["expires_at"] >= later, what="the new server renewing twice")
+
+
+def status(client: httpx.Client, task_id: str) -> str:
+    task: dict[str, Any] = client.get(f"/tasks/{task_id}").json()
+    return str(task["status"])
+
+
+def final_task(client: httpx.Client, task_id: str) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        task: dict[str, Any] = client.get(f"/tasks/{task_id}").json()
+        return task if task["status"] not in ("queued", "in_progress") else None
+
+    return eventually(final, what=f"task {task_id} final")
+
+
+def test_a_running_task_survives_another_servers_start_and_they_complete(tmp_path: Path) -> None:
+    with shared(tmp_path, "a") as first, first.client() as a:
+        running = start(a, **ENDLESS)
+        queued = start(a, **COLOUR)  # behind it: it cannot start before the first ends
+        wait_for_events(a, running["id"], 3)
+        with shared(tmp_path, "b") as second, second.client() as b:
+            renewed_twice(store_of(tmp_path))  # its start-up recovery and two more have run
+            for client in (a, b):
+                assert status(client, running["id"]) == "in_progress"
+                assert status(client, queued["id"]) == "queued"
+            a.post(f"/tasks/{running['id']}/cancel")
+            assert final_task(b, running["id"])["status"] == "cancelled"
+            done = final_task(b, queued["id"])
+            assert done["status"] == "completed"
+            assert a.get(f"/tasks/{queued['id']}").json() == done
+            replay = events(b, queued["id"])
+            assert [e.id for e in replay] == list(range(1, len(replay) + 1))
+            assert replay[-1].event == "response.completed"
+
+
+def test_a_killed_servers_task_is_failed_by_the_other_only_once_its_lease_lapsed(
+    tmp_path: Path,
+) -> None:
+    with shared(tmp_path, "b") as second, second.client() as b:
+        with shared(tmp_path, "a") as first, first.client() as a:
+            task = start(a, **ENDLESS)
+            wait_for_events(a, task["id"], 3)
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait()
+        expires = lease_of(store_of(tmp_path), task_id=task["id"])["expires_at"]
+        seen: list[tuple[float, str]] = []  # each status B gave, with when it was in
+
+        def failed() -> bool:
+            state = status(b, task["id"])
+            seen.append((time.time(), state))
+            return state == "failed"
+
+        eventually(failed, interval=0.2, what="the killed server's task failed")
+        before = {state for at, state in seen if at < expires}
+        assert before == {"in_progress"}  # seen, and never failed, while its lease held
+        ended = b.get(f"/tasks/{task['id']}").json()
+        assert ended["error"]["code"] == "service_restarted"
+        assert ended["completed_at"] >= int(expires)
+        replay = events(b, task["id"])
+        assert [e.id for e in replay] == list(range(1, len(replay) + 1))
+        assert [e.event for e in replay].count("response.failed") == 1
+        assert replay[-1].event == "response.failed" and ended["last_event_id"] == len(replay)
+
+
+def test_both_servers_read_the_same_tasks_and_keys(tmp_path: Path) -> None:
+    with (
+        shared(tmp_path, "a") as first,
+        shared(tmp_path, "b") as second,
+        first.client() as a,
+        second.client() as b,
+    ):
+        key = {"Idempotency-Key": "shared-key"}
+        body = {"type": "response", "request": ask(tokens=2, metadata={"cell": "c1"})}
+        made = a.post("/tasks", json=body, headers=key)
+        assert made.status_code == 202, made.text
+        again = b.post("/tasks", json=body, headers=key)  # the same task, not a second one
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json()["id"] == made.json()["id"]
+        mine = start(b, tokens=2)
+        key_in_flight_is_claimed_on_the_other(a, b, store_of(tmp_path))
+        running = start(a, **ENDLESS)
+        wait_for_events(a, running["id"], 3)
+        listings = [c.get("/tasks").json()["data"] for c in (a, b)]
+        assert [t["id"] for t in listings[0]] == [t["id"] for t in listings[1]]
+        assert {t["id"] for t in listings[0]} == {made.json()["id"], mine["id"], running["id"]}
+        by_cell = [c.get("/tasks", params={"metadata.cell": "c1"}).json()["data"] for c in (a, b)]
+        assert [t["id"] for t in by_cell[0]] == [t["id"] for t in by_cell[1]] == [made.json()["id"]]
+        response = b.get(f"/responses/{running['response_id']}").json()
+        assert (response["id"], response["status"]) == (running["response_id"], "in_progress")
+        so_far = events(b, running["id"])  # what is stored, then an error to resume from
+        assert so_far[-1].event == "error"
+        assert [e.id for e in so_far[:-1]] == list(range(1, len(so_far)))
+        assert so_far[-1].id == so_far[-2].id
+        a.post(f"/tasks/{running['id']}/cancel")
+        final_task(b, running["id"])
+        for task_id in (made.json()["id"], mine["id"], running["id"]):
+            final = final_task(a, task_id)
+            assert b.get(f"/tasks/{task_id}").json() == final
+            assert events(a, task_id) == events(b, task_id)
+
+
+def key_in_flight_is_claimed_on_the_other(a: httpx.Client, b: httpx.Client, store: Path) -> None:
+    """A stream under a key runs on ``a``: the same key on ``b`` is in progress there."""
+    key = {"Idempotency-Key": "streaming-key"}
+    body = ask(**ENDLESS, stream=True)
+    reading, answered = threading.Event(), threading.Event()
+
+    def follow() -> None:
+        with a.stream("POST", "/responses", json=body, headers=key) as response:
+            for _ in response.iter_lines():
+                reading.set()
+                if answered.is_set():
+                    return  # the client leaves: the stream stops, its key is freed
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    try:
+        eventually(lambda: reading.is_set() and "streaming-key" in claimed_keys(store))
+        assert_problem(b.post("/responses", json=body, headers=key), 409, "idempotency_in_progress")
+    finally:
+        answered.set()
+        thread.join()
+    eventually(lambda: "streaming-key" not in claimed_keys(store), what="the key freed")

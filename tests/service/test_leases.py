@@ -1,0 +1,385 @@
+"""Several servers on one store file: each runs its own tasks under a lease, and only what a
+gone server held (its lease lapsed or released) is ended by another.
+
+Each "server" here is a task service with a store of its own (its own connections) on one
+SQLite file; a server that died is what a killed one leaves in the file: its lease row and its
+unfinished task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp_jupyter.protocol.errors import LmspError
+from lmsp_jupyter.protocol.tasks import Task
+from lmsp_jupyter.service.channel import Interrupted
+from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
+from lmsp_jupyter.service.store import (
+    MIGRATIONS,
+    FinalState,
+    IdempotencyRecords,
+    LeaseRecords,
+    Store,
+    StoredEvent,
+    TaskLost,
+    TaskRecords,
+)
+from lmsp_jupyter.service.tasks import TaskService
+from tests.conftest import MODEL
+from tests.doubles import ScriptedEngine
+from tests.helpers import eventually_async
+from tests.service.helpers import follow_all, services, wait_final
+
+OWNER = "jupyter"
+BODY: dict[str, Any] = {"type": "response", "request": {"model": MODEL, "input": "x"}}
+#: A lease no test outlives: a server holding it is alive for the whole test.
+LONG = 3600.0
+
+
+def server(path: Path, *, deltas: int = 3, delay: float = 0.0, lease: float = LONG) -> TaskService:
+    """A server's task service on the store file ``path``, its lease taken."""
+    engine = ScriptedEngine(deltas=["a"] * deltas, delay=delay)
+    return services(engine, Store(path), lease_seconds=lease)[1]
+
+
+def dead_server(path: Path, *, lapsed: bool) -> tuple[str, str]:
+    """What a killed server leaves: its lease (``lapsed`` or not yet) and one task it was
+    running, two events in; returns the holder and the task id."""
+    store = Store(path)
+    at = time.time()
+    LeaseRecords(store).hold(
+        "dead", host="h", pid=1, started_at=at, at=at, until=at - 1 if lapsed else at + LONG
+    )
+    records = TaskRecords(store)
+    records.insert(
+        task_id="task_dead",
+        owner=OWNER,
+        holder="dead",
+        model=MODEL,
+        response_id="resp_dead",
+        request="{}",
+        metadata={"cell": "c1"},
+        at=int(at),
+    )
+    records.started("task_dead", "dead", int(at))
+    for event_id in (1, 2):
+        records.append("task_dead", "dead", StoredEvent(event_id, "response.created", "{}"))
+    return "dead", "task_dead"
+
+
+def assert_ids_from_1_one_final_last(events: list[StoredEvent]) -> None:
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True]
+
+
+# --- the rule in the store ------------------------------------------------------------------------
+
+
+def test_a_holders_work_is_ended_only_once_its_lease_has_expired(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    leases, records = LeaseRecords(store), TaskRecords(store)
+    assert not leases.hold("a", host="h", pid=1, started_at=0, at=0, until=100)  # taken
+    records.insert(
+        task_id="t", owner="o", holder="a", model="m", response_id="r", request="{}",
+        metadata={}, at=0,
+    )  # fmt: skip
+
+    def ending(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+        return StoredEvent(1, "response.failed", "{}"), FinalState("failed", None, None, 0)
+
+    assert leases.end_gone(99.9, ending) == 0
+    assert leases.hold("a", host="h", pid=1, started_at=0, at=99.9, until=200)  # renewed
+    assert leases.end_gone(199.9, ending) == 0
+    assert leases.end_gone(200, ending) == 1
+    row = records.get("t")
+    assert row is not None and row["status"] == "failed"
+    assert leases.end_gone(300, ending) == 0  # ended once
+    assert not leases.hold("a", host="h", pid=1, started_at=0, at=300, until=400)  # lapsed
+
+
+def test_the_writes_of_a_task_another_server_ended_are_refused(tmp_path: Path) -> None:
+    holder, task_id = dead_server(tmp_path / "s.db", lapsed=True)
+    other = server(tmp_path / "s.db")
+    assert other.recover() == 1
+    records = TaskRecords(Store(tmp_path / "s.db"))
+    with pytest.raises(TaskLost):
+        records.append(task_id, holder, StoredEvent(3, "response.created", "{}"))
+    with pytest.raises(TaskLost):  # nor may another holder write a task not its own
+        records.append(task_id, other.lease.holder, StoredEvent(4, "response.created", "{}"))
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+async def test_a_live_servers_running_task_survives_another_servers_start_and_completes(
+    tmp_path: Path,
+) -> None:
+    first = server(tmp_path / "s.db", deltas=20, delay=0.02)
+    task = await first.create(BODY, OWNER)
+
+    async def running() -> bool:
+        return first.get(task.id, OWNER).last_event_id >= 3
+
+    await eventually_async(running, what="the task running")
+    second = server(tmp_path / "s.db")
+    assert second.recover() == 0
+    assert second.renew() == 0
+    assert second.get(task.id, OWNER).status == "in_progress"
+    done = await wait_final(first, task.id)
+    assert done.status == "completed"
+    assert second.get(task.id, OWNER) == done
+    assert [t.id for t in second.list(OWNER)] == [t.id for t in first.list(OWNER)] == [task.id]
+
+
+async def test_a_gone_servers_task_is_left_while_its_lease_holds_then_failed(
+    tmp_path: Path,
+) -> None:
+    _, task_id = dead_server(tmp_path / "s.db", lapsed=False)
+    other = server(tmp_path / "s.db")
+    assert other.recover() == 0
+    assert other.get(task_id, OWNER).status == "in_progress"
+    _, lapsed_id = dead_server(tmp_path / "t.db", lapsed=True)
+    later = server(tmp_path / "t.db")
+    assert later.recover() == 1
+    task = later.get(lapsed_id, OWNER)
+    assert task.status == "failed"
+    assert task.error is not None and task.error.code == "service_restarted"
+    assert task.result is not None and task.result.metadata == {"cell": "c1"}
+    events = await follow_all(later, lapsed_id)
+    assert_ids_from_1_one_final_last(events)
+    assert events[-1].event == "response.failed" and task.last_event_id == 3
+
+
+async def test_a_servers_lease_lapses_when_it_stops_renewing_and_then_its_tasks_fail(
+    tmp_path: Path,
+) -> None:
+    gone = server(tmp_path / "s.db", lease=0.2)  # renews no more: as if killed after starting
+    gone.records.insert(
+        task_id="t", owner=OWNER, holder=gone.lease.holder, model=MODEL, response_id="r",
+        request="{}", metadata={}, at=1,
+    )  # fmt: skip
+    other = server(tmp_path / "s.db")
+
+    async def failed() -> bool:
+        other.renew()
+        return other.get("t", OWNER).status == "failed"
+
+    await eventually_async(failed, what="the stopped server's task failed")
+
+
+async def test_a_server_stopping_cleanly_fails_what_it_cut_short_and_nothing_of_the_others(
+    tmp_path: Path,
+) -> None:
+    stopping = server(tmp_path / "s.db", deltas=500, delay=0.02)
+    staying = server(tmp_path / "s.db", deltas=500, delay=0.02)
+    cut = await stopping.create(BODY, OWNER)
+    kept = await staying.create(BODY, OWNER)
+    await stopping.close()
+    task = staying.get(cut.id, OWNER)
+    assert task.status == "failed" and task.error is not None
+    assert task.error.code == "service_restarted"
+    assert staying.get(kept.id, OWNER).status in ("queued", "in_progress")
+    assert staying.renew() == 0
+    staying.cancel(kept.id, OWNER)
+    assert (await wait_final(staying, kept.id)).status == "cancelled"
+
+
+async def test_a_server_whose_lease_lapsed_stops_a_task_another_server_failed(
+    tmp_path: Path,
+) -> None:
+    stalled = server(tmp_path / "s.db", deltas=500, delay=0.02, lease=0.2)
+    task = await stalled.create(BODY, OWNER)
+    follower = asyncio.create_task(follow_all(stalled, task.id))
+    other = server(tmp_path / "s.db")
+
+    async def failed() -> bool:
+        return other.recover() == 1
+
+    await eventually_async(failed, what="the stalled server's task failed by the other")
+    live = await follower  # the stalled server's followers end with the stored final event
+    assert_ids_from_1_one_final_last(live)
+    assert live[-1].event == "response.failed"
+    done = await wait_final(stalled, task.id)
+    assert done.error is not None and done.error.code == "service_restarted"
+    stored = await follow_all(other, task.id)
+    assert stored == live  # not one event written after the failure
+    stalled.renew()  # its lease taken again: its new tasks run
+    again = await stalled.create(BODY, OWNER)
+    stalled.cancel(again.id, OWNER)
+    assert (await wait_final(stalled, again.id)).status == "cancelled"
+
+
+async def test_another_servers_running_task_is_read_from_the_store(tmp_path: Path) -> None:
+    running = server(tmp_path / "s.db", deltas=20, delay=0.05)
+    reader = server(tmp_path / "s.db")
+    task = await running.create(BODY, OWNER)
+
+    async def started() -> bool:
+        return reader.get(task.id, OWNER).last_event_id >= 3
+
+    await eventually_async(started, what="the task running")
+    response = reader.response(task.response_id, OWNER)
+    assert (response.id, response.status, response.model) == (
+        task.response_id,
+        "in_progress",
+        MODEL,
+    )
+    so_far = await follow_all(reader, task.id)
+    assert isinstance(so_far[-1], Interrupted)  # what is stored, then an error to resume from
+    stored = so_far[:-1]
+    assert [e.id for e in stored] == list(range(1, len(stored) + 1)) and len(stored) >= 3
+    assert so_far[-1].last_id == stored[-1].id
+    await wait_final(running, task.id)
+    rest = await follow_all(reader, task.id, so_far[-1].last_id)
+    everything = await follow_all(running, task.id)
+    assert [*stored, *rest] == everything
+    assert_ids_from_1_one_final_last(everything)
+    assert reader.response(task.response_id, OWNER) == running.response(task.response_id, OWNER)
+
+
+# --- idempotency keys ----------------------------------------------------------------------------
+
+
+async def test_a_key_in_flight_on_a_live_server_stays_claimed_on_another(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    first_tasks, second_tasks = server(path), server(path)
+    first = IdempotencyKeys(IdempotencyRecords(Store(path)), first_tasks.lease.holder)
+    second = IdempotencyKeys(IdempotencyRecords(Store(path)), second_tasks.lease.holder)
+    gate = asyncio.Event()
+
+    async def slow_create(claim: Claim | None) -> tuple[int, str]:
+        await gate.wait()
+        assert claim is not None
+        task = await first_tasks.create(
+            BODY, OWNER, lambda db, t: claim.keep(db, 202, t.model_dump_json())
+        )
+        return 202, task.model_dump_json()
+
+    async def never(claim: Claim | None) -> tuple[int, str]:
+        raise AssertionError("a key claimed by a live server ran twice")
+
+    running = asyncio.create_task(
+        first.once(OWNER, "k", "print", slow_create, wait_if_running=True)
+    )
+    await asyncio.sleep(0)  # the first attempt claims the key
+    with pytest.raises(LmspError) as info:
+        await second.once(OWNER, "k", "print", never, wait_if_running=False)
+    assert info.value.code == "idempotency_in_progress"
+    waiting = asyncio.create_task(second.once(OWNER, "k", "print", never, wait_if_running=True))
+    gate.set()
+    made, replayed = await running, await waiting
+    assert made is not None and replayed is not None
+    assert (replayed.replayed, replayed.body) == (True, made.body)
+    await wait_final(first_tasks, Task.model_validate_json(made.body).id)
+
+
+async def test_a_key_in_flight_on_a_gone_server_is_free_once_its_lease_lapsed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    records = IdempotencyRecords(Store(path))
+    dead_server(path, lapsed=False)
+    assert records.claim(OWNER, "k", "print", "dead", int(time.time()), 0)
+    keys = IdempotencyKeys(records, server(path).lease.holder)
+
+    async def answer(claim: Claim | None) -> tuple[int, str]:
+        return 200, "{}"
+
+    with pytest.raises(LmspError) as info:
+        await keys.once(OWNER, "k", "print", answer, wait_if_running=False)
+    assert info.value.code == "idempotency_in_progress"
+    lapsed = tmp_path / "t.db"
+    dead_server(lapsed, lapsed=True)
+    assert IdempotencyRecords(Store(lapsed)).claim(OWNER, "k", "print", "dead", int(time.time()), 0)
+    later = IdempotencyKeys(IdempotencyRecords(Store(lapsed)), server(lapsed).lease.holder)
+    outcome = await later.once(OWNER, "k", "print", answer, wait_if_running=False)
+    assert outcome is not None and not outcome.replayed
+    assert not records.claim(OWNER, "k", "print", "other", int(time.time()), 0)  # one claim wins
+
+
+# --- processes at once --------------------------------------------------------------------------
+
+
+def failed_ending(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+    """A final event for a gone server's task (none is gone in the test below)."""
+    final = FinalState("failed", None, None, 0)
+    return StoredEvent(row["last_event_id"] + 1, "response.failed", "{}"), final
+
+
+def busy_server(path: str, holder: str, events: int, go: Any) -> None:
+    """A process that opens the store (new, or being created), takes its lease and writes a
+    task's events one transaction each, renewing and recovering every 50."""
+    go.wait()
+    store = Store(Path(path))
+    leases, records = LeaseRecords(store), TaskRecords(store)
+
+    def renew() -> None:
+        at = time.time()
+        leases.hold(holder, host="h", pid=0, started_at=at, at=at, until=at + LONG)
+        leases.end_gone(at, failed_ending)
+
+    renew()
+    records.insert(
+        task_id=holder, owner=OWNER, holder=holder, model="m", response_id=f"resp_{holder}",
+        request="{}", metadata={}, at=1,
+    )  # fmt: skip
+    for event_id in range(1, events + 1):
+        records.append(holder, holder, StoredEvent(event_id, "response.output_text.delta", "{}"))
+        if event_id % 50 == 0:
+            renew()
+
+
+def test_servers_creating_and_writing_one_store_at_once_never_find_it_locked(
+    tmp_path: Path,
+) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    go = spawn.Event()
+    path, holders = tmp_path / "s.db", ["a", "b", "c"]
+    processes = [
+        spawn.Process(target=busy_server, args=(str(path), holder, 300, go)) for holder in holders
+    ]
+    for process in processes:
+        process.start()
+    go.set()  # all at once, the file not yet made
+    for process in processes:
+        process.join()
+    assert [process.exitcode for process in processes] == [0, 0, 0]  # no "database is locked"
+    records = TaskRecords(Store(path))
+    for holder in holders:
+        assert [e.id for e in records.events_after(holder, 0)] == list(range(1, 301))
+
+
+# --- an older store -----------------------------------------------------------------------------
+
+
+def test_a_version_2_files_unfinished_task_and_key_in_flight_are_no_ones(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with contextlib.closing(sqlite3.connect(path)) as old:
+        for script in MIGRATIONS[:2]:
+            for statement in script.split(";"):
+                old.execute(statement)
+        old.execute("PRAGMA user_version = 2")
+        old.execute(
+            "INSERT INTO tasks (id, owner, model, status, created_at, response_id, request)"
+            " VALUES ('task_1', ?, ?, 'in_progress', 1, 'resp_1', '{}')",
+            (OWNER, MODEL),
+        )
+        old.execute(
+            "INSERT INTO idempotency (owner, key, fingerprint, created_at)"
+            " VALUES (?, 'k', 'print', ?)",
+            (OWNER, int(time.time())),
+        )
+        old.commit()
+    tasks = server(path)
+    assert tasks.records.store.schema_version == len(MIGRATIONS)
+    assert tasks.recover() == 1
+    assert tasks.get("task_1", OWNER).status == "failed"
+    assert IdempotencyRecords(tasks.records.store).get(OWNER, "k") is None  # freed
