@@ -93,9 +93,13 @@ GHOST_TEXT = """ghost => {
 
 
 def ghost(notebook: ui.Notebook) -> str:
-    """The ghost text shown, or '' when none is."""
-    shown = notebook.page.locator(GHOST)
-    return str(shown.first.evaluate(GHOST_TEXT)) if shown.count() else ""
+    """The ghost text shown, or '' when none is: looked up and read in one evaluation, so ghost
+    text that goes between a look and a read is not waited for."""
+    script = (
+        f"() => {{ const shown = document.querySelector('{GHOST}');"
+        f" return shown ? ({GHOST_TEXT})(shown) : ''; }}"
+    )
+    return str(notebook.page.evaluate(script))
 
 
 def streaming(notebook: ui.Notebook) -> bool:
