@@ -13,10 +13,8 @@ import ollama
 import pytest
 from traitlets.config import Config
 
-from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
-from lmsp_jupyter.engine.llama import LlamaTokenizer
-from tests.conftest import FIM_IDS, MODEL
-from tests.server.helpers import server_config
+from tests.conftest import MODEL
+from tests.server.helpers import fim_prompt_lengths, server_config
 from tests.server.test_ollama_python import CODE, GREEDY, SUFFIX
 from tests.server.test_ollama_stream import ollama_url
 
@@ -42,20 +40,13 @@ async def test_insert_is_shown_for_a_model_with_fim_tokens_only(lmsp: httpx.Asyn
 
 
 async def test_a_suffix_fills_in_the_middle(lmsp: httpx.AsyncClient, fim_model_path: Path) -> None:
-    tokenizer = LlamaTokenizer(fim_model_path)
-    try:
-        expected = raw_prompt_tokens(
-            tokenizer.tokenize, CODE, SUFFIX, bos=tokenizer.bos, fim=FimTokens(*FIM_IDS)
-        )
-        prefix_alone = [tokenizer.bos, *tokenizer.tokenize(CODE)]
-    finally:
-        tokenizer.close()
+    filled_length, prefix_length = fim_prompt_lengths(fim_model_path, CODE, SUFFIX)
     async with ollama_client(lmsp) as client:
         filled = await client.generate(FIM_MODEL, CODE, suffix=SUFFIX, options=GREEDY)
         continued = await client.generate(FIM_MODEL, CODE, raw=True, options=GREEDY)
         stream = await client.generate(FIM_MODEL, CODE, suffix=SUFFIX, options=GREEDY, stream=True)
         chunks = [chunk async for chunk in stream]
-    assert filled.prompt_eval_count == len(expected)
-    assert continued.prompt_eval_count == len(prefix_alone)
+    assert filled.prompt_eval_count == filled_length
+    assert continued.prompt_eval_count == prefix_length
     assert "".join(chunk.response or "" for chunk in chunks) == filled.response
-    assert chunks[-1].prompt_eval_count == len(expected)
+    assert chunks[-1].prompt_eval_count == filled_length
