@@ -80,6 +80,19 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["kind raw off on on/off on/raw drafted"],
         ["code_edit+prediction ", "follow_up ", "free ", "2 streams, tok/s "],
     ),
+    "ollama": (
+        "--tokens 4 --rounds 1 --texts 2",
+        [],
+        [
+            "output text: the same on every side",
+            "ollama ",
+            "responses ",
+            "chat ",
+            "ratio ollama/responses tok/s: ",
+            "ratio ollama/chat tok/s: ",
+            "service       texts    2",
+        ],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],

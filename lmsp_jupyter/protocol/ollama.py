@@ -221,24 +221,32 @@ def chat_request(request: OllamaChatRequest) -> ResponseRequest:
 
 def generate_request(request: OllamaGenerateRequest) -> ResponseRequest:
     """The response request that does what an Ollama generate request asks: the prompt as
-    one user turn (after ``system``), through the model's chat template."""
-    if request.raw:
-        raise LmspError(
-            "unsupported_capability", "raw prompts are not supported yet by this server"
-        )
-    if request.suffix:
-        raise LmspError(
-            "unsupported_capability", "suffix (fill-in-the-middle) is not supported yet"
+    one user turn (after ``system``), through the model's chat template; for a raw prompt
+    (:func:`raw_prompt`) only the model and the sampling, the prompt going as text."""
+    if request.images:
+        raise LmspError("unsupported_capability", "images are not supported", param="images")
+    if request.raw and (request.template or request.system or request.context):
+        raise LmspError(  # Ollama's words
+            "invalid_request", "raw mode does not support template, system, or context"
         )
     if request.template:
         raise LmspError("unsupported_capability", "a request's own template is not supported")
-    if request.images:
-        raise LmspError("unsupported_capability", "images are not supported", param="images")
     messages: list[ChatMessage] = []
-    if request.system:
+    if request.system and raw_prompt(request) is None:
         messages.append(SystemMessage(role="system", content=request.system))
     messages.append(UserMessage(role="user", content=request.prompt))
     return _as_response(request, messages, None)
+
+
+def raw_prompt(request: OllamaGenerateRequest) -> tuple[str, str | None] | None:
+    """The text and suffix of a generate request that goes through no chat template: ``raw``
+    (the prompt continued as it is) or with a ``suffix`` (the gap filled in where the model
+    has FIM tokens, else the prompt continued; ``system`` is not used, as Ollama's FIM
+    templates leave it out); ``None`` for a prompt through the chat template."""
+    suffix = request.suffix or None  # Ollama reads an empty suffix as none
+    if not request.raw and suffix is None:
+        return None
+    return request.prompt, suffix
 
 
 def _as_response(

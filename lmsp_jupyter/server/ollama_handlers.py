@@ -27,6 +27,7 @@ from ..protocol.ollama import (
     chat_request,
     generate_request,
     keep_alive_seconds,
+    raw_prompt,
 )
 from ..protocol.ollama_answers import (
     OllamaEmbeddingResponse,
@@ -137,8 +138,10 @@ class _GeneratingHandler(OllamaHandler):
         request: OllamaChatRequest | OllamaGenerateRequest,
         build: Callable[[Any], ResponseRequest],
         loads_only: bool,
+        raw: tuple[str, str | None] | None = None,
     ) -> None:
-        """Answer ``request``, which ``build`` turns into a response request; a request with
+        """Answer ``request``, which ``build`` turns into a response request (with ``raw``,
+        a text and a suffix, that text continued through no chat template); a request with
         nothing to generate (``loads_only``) loads its model, or unloads it (keep_alive 0)."""
         entry = self.ollama.entry(request.model)
         if loads_only:
@@ -153,7 +156,11 @@ class _GeneratingHandler(OllamaHandler):
             request.model, self.kind, stopwatch, thinking=request.think is not False
         )
         response_request = build(request).model_copy(update={"model": entry.id})
-        run = await self.service.start(response_request, self.principal.owner)
+        owner = self.principal.owner
+        if raw is None:
+            run = await self.service.start(response_request, owner)
+        else:
+            run = await self.service.start_text(response_request, *raw, owner)
         if not request.stream:
             async for event in self.service.events(run, started=stopwatch.start):
                 translator.feed(event)  # times the first token
@@ -203,7 +210,7 @@ class GenerateHandler(_GeneratingHandler):
     async def post(self) -> None:
         request = validate_request(OllamaGenerateRequest, self.body())
         empty = not (request.prompt or request.system or request.suffix)
-        await self.generate(request, generate_request, loads_only=empty)
+        await self.generate(request, generate_request, empty, raw_prompt(request))
 
 
 class EmbedHandler(OllamaHandler):

@@ -49,12 +49,14 @@ class OllamaModels:
         raise LmspError("model_not_found", f"model '{name}' not found", param="model")
 
     def capabilities(self, entry: ModelEntry) -> list[OllamaCapability]:
-        """What Ollama's clients look for: ``completion``, ``tools``, ``thinking``,
-        ``embedding``."""
+        """What Ollama's clients look for: ``completion``, ``tools``, ``insert`` (fill in the
+        middle: ``suffix``), ``thinking``, ``embedding``."""
         own = self.models.capabilities(entry)
         capabilities: list[OllamaCapability] = ["completion"] if "streaming" in own else []
         if "tools" in own:
             capabilities.append("tools")
+        if "fim" in own:
+            capabilities.append("insert")
         if "reasoning" in own:
             capabilities.append("thinking")
         if "embedding" in own:

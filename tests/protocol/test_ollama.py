@@ -16,6 +16,7 @@ from lmsp_jupyter.protocol.ollama import (
     chat_request,
     generate_request,
     keep_alive_seconds,
+    raw_prompt,
 )
 from lmsp_jupyter.protocol.requests import JsonSchemaFormat, validate_request
 
@@ -122,12 +123,39 @@ def test_generate_is_one_user_turn_after_the_system_prompt() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [{"raw": True}, {"suffix": "end"}, {"template": "{{ .Prompt }}"}, {"images": ["aGk="]}],
-)
+@pytest.mark.parametrize("fields", [{"template": "{{ .Prompt }}"}, {"images": ["aGk="]}])
 def test_what_generate_does_not_serve_is_refused(fields: dict[str, Any]) -> None:
     body = {"model": "m", "prompt": "Hi", **fields}
     with pytest.raises(LmspError) as caught:
         generate_request(validate_request(OllamaGenerateRequest, body))
     assert caught.value.code == "unsupported_capability"
+
+
+@pytest.mark.parametrize(
+    "fields", [{"system": "Be brief."}, {"template": "{{ .Prompt }}"}, {"context": [1, 2]}]
+)
+def test_raw_mode_refuses_what_ollama_refuses(fields: dict[str, Any]) -> None:
+    body = {"model": "m", "prompt": "Hi", "raw": True, **fields}
+    with pytest.raises(LmspError) as caught:
+        generate_request(validate_request(OllamaGenerateRequest, body))
+    assert caught.value.code == "invalid_request"
+    assert "raw mode" in str(caught.value.detail)
+
+
+@pytest.mark.parametrize(
+    ("fields", "raw"),
+    [
+        ({}, None),
+        ({"suffix": ""}, None),  # Ollama reads an empty suffix as none
+        ({"raw": True}, ("Hi", None)),
+        ({"suffix": "end"}, ("Hi", "end")),
+        ({"suffix": "end", "system": "Be brief."}, ("Hi", "end")),
+        ({"raw": True, "suffix": "end"}, ("Hi", "end")),
+    ],
+)
+def test_raw_and_suffix_send_the_prompt_as_text(
+    fields: dict[str, Any], raw: tuple[str, str | None] | None
+) -> None:
+    request = validate_request(OllamaGenerateRequest, {"model": "m", "prompt": "Hi", **fields})
+    assert raw_prompt(request) == raw
+    generate_request(request)  # served

@@ -16,9 +16,11 @@ import pytest
 from traitlets.config import Config
 
 from lmsp_jupyter.engine.batching import ModelWorker
+from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
 from lmsp_jupyter.engine.generation import StopReason
+from lmsp_jupyter.engine.llama import LlamaTokenizer
 from lmsp_jupyter.server.app import LmspApp
-from tests.conftest import MODEL
+from tests.conftest import FIM_IDS, MODEL
 from tests.doubles import ScriptedEngine
 from tests.helpers import eventually, eventually_async
 
@@ -191,3 +193,16 @@ async def one_cancelled(finished: list[tuple[StopReason, int]], limit: int) -> N
     reason, generated = await only_finish(finished)
     assert reason == "cancelled"
     assert generated < limit
+
+
+def fim_prompt_lengths(fim_model_path: Path, prefix: str, suffix: str) -> tuple[int, int]:
+    """The prompt tokens of the FIM copy of the bundled model filling the gap between
+    ``prefix`` and ``suffix``, and of it continuing ``prefix`` alone, by its own tokenizer."""
+    tokenizer = LlamaTokenizer(fim_model_path)
+    try:
+        filled = raw_prompt_tokens(
+            tokenizer.tokenize, prefix, suffix, bos=tokenizer.bos, fim=FimTokens(*FIM_IDS)
+        )
+        return len(filled), len([tokenizer.bos, *tokenizer.tokenize(prefix)])
+    finally:
+        tokenizer.close()

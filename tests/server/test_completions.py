@@ -19,12 +19,11 @@ from openai import OpenAI
 from openai.types import Completion
 from traitlets.config import Config
 
-from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
-from lmsp_jupyter.engine.llama import LlamaTokenizer
-from tests.conftest import FIM_IDS, MODEL, READER_TOKEN, LiveServer
+from tests.conftest import MODEL, READER_TOKEN, LiveServer
 from tests.helpers import eventually_async
 from tests.server.helpers import (
     assert_problem,
+    fim_prompt_lengths,
     one_cancelled,
     record_finishes,
     scripted_engine,
@@ -260,18 +259,11 @@ async def test_a_model_with_fim_tokens_fills_in_the_middle(
     prefix, suffix = PROMPT, "\n    return a\n"
     body = complete(model="model", prompt=prefix, suffix=suffix, max_tokens=4)
     filled = (await lmsp.post("/completions", json=body)).json()
-    tokenizer = LlamaTokenizer(fim_model_path)
-    try:
-        expected = raw_prompt_tokens(
-            tokenizer.tokenize, prefix, suffix, bos=tokenizer.bos, fim=FimTokens(*FIM_IDS)
-        )
-        prefix_alone = [tokenizer.bos, *tokenizer.tokenize(prefix)]
-    finally:
-        tokenizer.close()
-    assert filled["usage"]["prompt_tokens"] == len(expected)
+    filled_length, prefix_length = fim_prompt_lengths(fim_model_path, prefix, suffix)
+    assert filled["usage"]["prompt_tokens"] == filled_length
     del body["suffix"]
     continued = (await lmsp.post("/completions", json=body)).json()
-    assert continued["usage"]["prompt_tokens"] == len(prefix_alone)
+    assert continued["usage"]["prompt_tokens"] == prefix_length
 
 
 @pytest.mark.script({"deltas": ["x"] * 400, "delay": 0.05, "slots": 1})

@@ -23,6 +23,8 @@ from tests.server.test_remote import WEATHER
 #: Greedy and short: runs of the same request agree.
 GREEDY = {"temperature": 0, "num_predict": 8}
 #: The weather tool of the remote tests, in Ollama's (Chat Completions') shape.
+#: A prefix and a suffix of code, for raw prompts and fill-in-the-middle.
+CODE, SUFFIX = "def fibonacci(n):\n", "\n    return a\n"
 WEATHER_TOOL = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
 
 
@@ -118,6 +120,36 @@ def test_generate_streamed_and_whole_agree(client: ollama.Client) -> None:
     assert "".join(chunk.response or "" for chunk in chunks) == whole.response != ""
     assert chunks[-1].done and chunks[-1].done_reason == whole.done_reason == "length"
     assert whole.eval_count == chunks[-1].eval_count == 8
+
+
+def test_a_raw_prompt_is_continued_as_completions_continue_it(
+    client: ollama.Client, live_server: LiveServer
+) -> None:
+    whole = client.generate(MODEL, CODE, raw=True, options=GREEDY)
+    chunks = list(client.generate(MODEL, CODE, raw=True, options=GREEDY, stream=True))
+    assert "".join(chunk.response or "" for chunk in chunks) == whole.response
+    completion = {"model": MODEL, "prompt": CODE, "temperature": 0, "max_tokens": 8}
+    with live_server.client() as lmsp:
+        completed = lmsp.post("/completions", json=completion).json()
+    assert whole.response == completed["choices"][0]["text"]
+    assert whole.prompt_eval_count == completed["usage"]["prompt_tokens"]
+    assert whole.eval_count == completed["usage"]["completion_tokens"]
+    templated = client.generate(MODEL, CODE, options=GREEDY)  # through the chat template
+    assert templated.prompt_eval_count is not None and whole.prompt_eval_count is not None
+    assert whole.prompt_eval_count < templated.prompt_eval_count
+
+
+def test_without_fim_tokens_a_suffix_is_left_out(client: ollama.Client) -> None:
+    assert "insert" not in (client.show(MODEL).capabilities or [])
+    alone = client.generate(MODEL, CODE, raw=True, options=GREEDY)
+    suffixed = client.generate(MODEL, CODE, suffix=SUFFIX, options=GREEDY)
+    assert suffixed.response == alone.response
+    assert suffixed.prompt_eval_count == alone.prompt_eval_count
+    streamed = list(client.generate(MODEL, CODE, suffix=SUFFIX, options=GREEDY, stream=True))
+    assert "".join(chunk.response or "" for chunk in streamed) == alone.response
+    # Ollama's fill-in-the-middle templates leave the system prompt out
+    with_system = client.generate(MODEL, CODE, suffix=SUFFIX, system="Be brief.", options=GREEDY)
+    assert with_system.prompt_eval_count == alone.prompt_eval_count
 
 
 def test_stop_ends_with_done_reason_stop(client: ollama.Client) -> None:
@@ -229,8 +261,9 @@ def test_keep_alive_sets_when_the_model_expires(raw: httpx.Client, client: ollam
         (lambda c: c.generate(MODEL, "Hi", options={"top_k": "many"}), 400, "top_k"),
         (lambda c: c.generate(MODEL, "Hi", keep_alive="soon"), 400, "keep_alive"),
         (lambda c: c.generate(MODEL, "Hi", think=True), 400, "thinking"),
-        (lambda c: c.generate(MODEL, "Hi", raw=True), 400, "raw"),
-        (lambda c: c.generate(MODEL, "def f(", suffix="return 1"), 400, "suffix"),
+        (lambda c: c.generate(MODEL, "Hi", raw=True, system="Be brief."), 400, "raw mode"),
+        (lambda c: c.generate(MODEL, "Hi", raw=True, template="{{ .Prompt }}"), 400, "raw mode"),
+        (lambda c: c.generate(MODEL, "Hi", template="{{ .Prompt }}"), 400, "template"),
         (
             lambda c: c.chat(
                 MODEL,
