@@ -5,20 +5,16 @@ server with the extension, no URL or token is ever needed. :class:`SseParser` is
 ``text/event-stream`` parser the clients read streams with, for code that reads raw bytes itself
 (the benchmarks do). ``URL_VARIABLE``, ``TOKEN_VARIABLE``, ``ROOT_VARIABLE`` and
 ``MODEL_VARIABLE`` name the environment variables the server extension exports to its kernels
-(discovery reads the first two, the ``%lmsp`` magic the last).
+(:mod:`lmsp_jupyter.protocol.environment`; discovery reads the first two, the ``%lmsp`` magic
+the last).
 """
 
+from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..protocol.events import ResponseEvent
 from ._client import AsyncLmspClient, LmspClient
-from ._discovery import (
-    MODEL_VARIABLE,
-    ROOT_VARIABLE,
-    TOKEN_VARIABLE,
-    URL_VARIABLE,
-    ServiceLocation,
-    discover,
-)
+from ._discovery import discover
 from ._errors import LmspClientError, ProblemError, ProtocolViolation, ServiceUnreachable
+from ._location import ServiceLocation
 from ._sse import ServerSentEvent, SseParser
 
 __all__ = [

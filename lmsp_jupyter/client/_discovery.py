@@ -4,32 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from ._wire import default_headers
-
-#: Set by the server extension once it listens, so that the kernels it starts inherit them.
-URL_VARIABLE = "LMSP_URL"
-TOKEN_VARIABLE = "LMSP_TOKEN"
-#: The Jupyter server's root directory, so a kernel can name its notebook as the server does.
-ROOT_VARIABLE = "LMSP_ROOT_DIR"
-#: The server's default model (``LmspApp.default_model``): what ``%lmsp ask`` asks without
-#: ``--model``.
-MODEL_VARIABLE = "LMSP_MODEL"
-#: How long a running server has to answer before the next one is tried.
-_PROBE_SECONDS = 3.0
-
-
-@dataclass(frozen=True)
-class ServiceLocation:
-    """An LMSP root URL and the bearer token to send there (``None``: send none)."""
-
-    base_url: str
-    token: str | None
+from ..protocol.environment import TOKEN_VARIABLE, URL_VARIABLE
+from ._location import ServiceLocation, answers
 
 
 def discover() -> ServiceLocation:
@@ -70,16 +49,6 @@ def running_server(servers: Iterable[dict[str, Any]], cwd: Path) -> ServiceLocat
         if answers(location):
             return location
     return None
-
-
-def answers(location: ServiceLocation) -> bool:
-    """Whether ``GET {base_url}/`` answers 200 with the location's token."""
-    headers = default_headers(location.token)
-    try:
-        reply = httpx.get(f"{location.base_url}/", headers=headers, timeout=_PROBE_SECONDS)
-    except httpx.TransportError:
-        return False
-    return reply.status_code == 200
 
 
 def _holds(server: Mapping[str, Any], cwd: Path) -> bool:

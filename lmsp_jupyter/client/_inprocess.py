@@ -17,8 +17,8 @@ import time
 
 from jupyter_server.serverapp import ServerApp
 
-from ._discovery import ServiceLocation, answers
 from ._errors import ServiceUnreachable
+from ._location import ServiceLocation, answers
 
 #: How long the server has to start (the first start may index the machine's models).
 START_SECONDS = 120.0

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from ..client import ROOT_VARIABLE
+from ..protocol.environment import ROOT_VARIABLE
 
 #: Set by jupyter-server for the kernels it starts for a session: the session's path.
 SESSION_VARIABLE = "JPY_SESSION_NAME"

@@ -12,7 +12,8 @@ import comm
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from ..client import MODEL_VARIABLE, LmspClientError
+from ..client import LmspClientError
+from ..protocol.environment import MODEL_VARIABLE
 from ..protocol.models import Model
 from ..protocol.tasks import Task
 from .answer import Answer

@@ -15,7 +15,6 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Type, Unicode, default
 
-from ..client import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..engine.backend import GenerationBackend
 from ..engine.catalog import (
     ModelCatalog,
@@ -33,6 +32,7 @@ from ..engine.manager import (
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..engine.scheduler import Engine, EngineSettings
+from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
@@ -49,8 +49,9 @@ from ..service.store import (
 from ..service.tasks import TaskService
 from . import ollama_handlers
 from .auth import ScopedTokens
-from .handlers import default_handlers
 from .ollama_listener import ListenerError, OllamaListener
+from .openapi import openapi_json
+from .routes import default_handlers
 from .sse import SLOW_CLIENT_SECONDS
 
 #: The engine's own defaults, which the engine settings below offer.
@@ -386,6 +387,7 @@ class LmspApp(ExtensionApp):
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.keepalive_seconds,
             lmsp_slow_client_seconds=self.slow_client_seconds,
+            lmsp_openapi_json=openapi_json,
         )
         self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
         self._purger.start()

@@ -2,7 +2,7 @@
 
 Paths are relative to the server object, ``{base_url}lmsp/v1``: ``/models`` is
 ``{base_url}lmsp/v1/models`` and ``/`` is the service document. The paths and methods come from
-the routes in :data:`lmsp_jupyter.server.handlers.default_handlers`, each operation from its
+the routes in :data:`lmsp_jupyter.server.routes.default_handlers`, each operation from its
 handler's ``operations`` (:mod:`lmsp_jupyter.server.operations`), and every schema from
 :mod:`lmsp_jupyter.protocol` (:mod:`lmsp_jupyter.server.components`).
 """
@@ -28,9 +28,11 @@ from .components import (
     error_response,
     protocol_schemas,
 )
-from .operations import COMMON_ERRORS, Operation, json_reply, ref
+from .handlers import NotFoundHandler
+from .operations import COMMON_ERRORS, ref
+from .routes import default_handlers
 
-__all__ = ["OpenApiHandler", "openapi_document"]
+__all__ = ["openapi_document", "openapi_json"]
 
 OPENAPI_VERSION = "3.1.0"
 _PREFIX = "/lmsp/v1"
@@ -38,8 +40,6 @@ _PREFIX = "/lmsp/v1"
 
 def _route_paths() -> Iterable[tuple[str, type[LmspHandler]]]:
     """Each route of ``default_handlers`` as an OpenAPI path relative to ``/lmsp/v1``."""
-    from .handlers import NotFoundHandler, default_handlers  # here: handlers imports this
-
     for pattern, handler in default_handlers:
         if handler is NotFoundHandler or not pattern.startswith(_PREFIX):
             continue
@@ -164,26 +164,7 @@ def openapi_document(server_url: str = "/") -> dict[str, Any]:
 
 
 @functools.cache
-def _document_json(server_url: str) -> str:
+def openapi_json(server_url: str = "/") -> str:
+    """:func:`openapi_document` as JSON text, built once per ``server_url``: what
+    ``GET /lmsp/v1/openapi.json`` serves."""
     return json.dumps(openapi_document(server_url))
-
-
-class OpenApiHandler(LmspHandler):
-    """``GET /lmsp/v1/openapi.json``: this API's OpenAPI document (a valid token, no scope)."""
-
-    operations = {
-        "get": Operation(
-            "getOpenApi",
-            "This OpenAPI document",
-            "service",
-            {
-                "200": json_reply(
-                    {"type": "object", "required": ["openapi", "info", "paths"]},
-                    "The OpenAPI 3.1 document of `/lmsp/v1`.",
-                )
-            },
-        )
-    }
-
-    def get(self) -> None:
-        self.finish(_document_json(self.base_url))

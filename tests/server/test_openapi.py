@@ -36,8 +36,9 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 from lmsp_jupyter.protocol.errors import PROBLEM_TYPES
 from lmsp_jupyter.protocol.events import EVENT_NAMES, FINAL_EVENTS
 from lmsp_jupyter.server.base import LmspHandler
-from lmsp_jupyter.server.handlers import NotFoundHandler, default_handlers
-from lmsp_jupyter.server.openapi import OpenApiHandler, openapi_document
+from lmsp_jupyter.server.handlers import NotFoundHandler, OpenApiHandler
+from lmsp_jupyter.server.openapi import openapi_document
+from lmsp_jupyter.server.routes import default_handlers
 from tests.conftest import MODEL, LiveServer
 from tests.helpers import eventually
 from tests.spec import SPEC_STATUSES

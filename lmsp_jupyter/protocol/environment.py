@@ -1,0 +1,18 @@
+"""The environment variables the server extension sets for the kernels it starts.
+
+A contract between the server (which exports them once it listens) and the client and kernel
+(which read them): the client's discovery reads the URL and token, the kernel's origin the root
+directory, the ``%lmsp`` magic the default model.
+"""
+
+from __future__ import annotations
+
+#: The LMSP root URL of the server that started the kernel (``…/lmsp/v1``).
+URL_VARIABLE = "LMSP_URL"
+#: The bearer token to send there.
+TOKEN_VARIABLE = "LMSP_TOKEN"
+#: The Jupyter server's root directory, so a kernel can name its notebook as the server does.
+ROOT_VARIABLE = "LMSP_ROOT_DIR"
+#: The server's default model (``LmspApp.default_model``): what ``%lmsp ask`` asks without
+#: ``--model``.
+MODEL_VARIABLE = "LMSP_MODEL"
