@@ -22,7 +22,7 @@ from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
 from tests.helpers import eventually
 
 if TYPE_CHECKING:
-    from tests.fresh_install import FreshInstall
+    from tests.system.fresh_install import FreshInstall
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -181,7 +181,7 @@ def live_server(
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
     ]
-    # The line holds the load test's 200 connections (tests/server/test_load.py) instead of
+    # The line holds the load test's 200 connections (tests/system/test_load.py) instead of
     # refusing those beyond 64 with 503 overloaded.
     config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL, "max_queued_tasks": 256}}
     with running_server(tmp_path_factory.mktemp("live"), config=config) as server:
@@ -199,6 +199,6 @@ def client(live_server: LiveServer) -> Iterator[httpx.Client]:
 def install(tmp_path_factory: pytest.TempPathFactory) -> FreshInstall:
     """The repository installed by ``binder/postBuild`` into a fresh venv (Binder's and the
     packaging tests')."""
-    from tests.fresh_install import fresh_install  # it imports this module
+    from tests.system.fresh_install import fresh_install  # it imports this module
 
     return fresh_install(tmp_path_factory)

@@ -75,7 +75,7 @@ def call_events(deltas: int, final: str = "response.completed") -> list[str]:
 #: The repository's root.
 ROOT = Path(__file__).resolve().parent.parent
 #: OpenAI's JavaScript SDK and the AI SDK, installed from their lockfile.
-JS_CLIENTS = ROOT / "tests" / "clients" / "js"
+JS_CLIENTS = ROOT / "tests" / "compat" / "js"
 
 
 def node_env() -> dict[str, str]:

@@ -13,9 +13,9 @@ import ollama
 import pytest
 from traitlets.config import Config
 
+from tests.compat.test_ollama_python import CODE, GREEDY, SUFFIX
 from tests.conftest import MODEL
 from tests.server.helpers import fim_prompt_lengths, server_config
-from tests.server.test_ollama_python import CODE, GREEDY, SUFFIX
 from tests.server.test_ollama_stream import ollama_url
 
 #: The FIM copy's id: its file name in its model directory.

@@ -14,8 +14,8 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletionTokenLogprob
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
+from tests.compat.test_openai_python import sdk
 from tests.conftest import MODEL
-from tests.server.test_openai_python import sdk
 
 __all__ = ["sdk"]
 

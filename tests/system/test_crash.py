@@ -1,4 +1,4 @@
-"""Crash consistency as a standing suite (see ``tests/server/crash.py``).
+"""Crash consistency as a standing suite (see ``tests/system/crash.py``).
 
 CI runs a few seeded kill points; ``LMSP_CRASH_LONG=1`` runs the long form by hand
 (``docs/reliability.md``): 30 kill points on one data directory.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.server.crash import CrashRun
+from tests.system.crash import CrashRun
 
 LONG = os.environ.get("LMSP_CRASH_LONG") == "1"
 KILL_POINTS = 30 if LONG else 3

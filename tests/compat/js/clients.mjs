@@ -1,6 +1,6 @@
 // OpenAI's JavaScript clients against a live lmsp-jupyter server: the `openai` SDK and the
 // Vercel AI SDK. Reads LMSP_BASE_URL, LMSP_TOKEN and LMSP_MODEL; prints one JSON object of
-// what each call gave, for tests/server/test_openai_js.py to check.
+// what each call gave, for tests/compat/test_openai_js.py to check.
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateObject, generateText, streamText } from 'ai';
 import OpenAI from 'openai';

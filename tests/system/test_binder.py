@@ -10,7 +10,7 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import stop_server
-from tests.fresh_install import INSTALL_TIMEOUT, FreshInstall, bearer, report, start_jupyter
+from tests.system.fresh_install import INSTALL_TIMEOUT, FreshInstall, bearer, report, start_jupyter
 
 BINDER_MEMORY = 2 * 1024**3
 

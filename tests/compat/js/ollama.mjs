@@ -1,6 +1,6 @@
 // The `ollama` npm library against a live lmsp-jupyter server's Ollama API. Reads OLLAMA_HOST,
 // LMSP_TOKEN and LMSP_MODEL; prints one JSON object of what each call gave, for
-// tests/server/test_ollama_js.py to check.
+// tests/compat/test_ollama_js.py to check.
 import { Ollama } from 'ollama';
 
 const model = process.env.LMSP_MODEL;

@@ -8,8 +8,8 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_ollama import ChatOllama
 
+from tests.compat.test_langchain import Verdict, get_weather
 from tests.conftest import MODEL, LiveServer
-from tests.server.test_langchain import Verdict, get_weather
 
 
 def chat(live_server: LiveServer, num_predict: int = 8) -> ChatOllama:
