@@ -27,9 +27,9 @@ if not __package__:  # run as a file: python benchmarks/model_memory.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 
 COPY = "bundled-copy"
 

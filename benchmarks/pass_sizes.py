@@ -31,8 +31,8 @@ if not __package__:  # run as a file: python benchmarks/pass_sizes.py
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.llama import BatchToken, LlamaModel, prepare_llama_cpp
-from lmsp_jupyter.engine.passes import PASS_MAX, SPLIT_ATTENTION_FROM, pass_size
+from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, prepare_llama_cpp
+from lmsp_jupyter.engine.local.passes import PASS_MAX, SPLIT_ATTENTION_FROM, pass_size
 
 SEQUENCES = 8
 #: Logits of each position of the text, by position.

@@ -38,7 +38,7 @@ from benchmarks.harness.figures import Sample
 from benchmarks.harness.raw import RawRunner, Settings
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
 from lmsp_jupyter.protocol.requests import parse_response_request

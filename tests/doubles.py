@@ -12,7 +12,7 @@ from traitlets.config import LoggingConfigurable
 from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.fim import raw_prompt_tokens
-from lmsp_jupyter.engine.scheduler import EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings
 
 
 class ScriptedEngine(LoggingConfigurable):

@@ -15,7 +15,7 @@ from typing import Any, cast
 import llama_cpp
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
-from lmsp_jupyter.engine.llama import no_weight_repacking
+from lmsp_jupyter.engine.local.llama import no_weight_repacking
 from lmsp_jupyter.server.app import LmspApp
 
 from .figures import Sample

@@ -44,7 +44,7 @@ class InputTooLong(EngineError):
 
 
 class Embedder(Protocol):
-    """A model loaded to embed (``engine.llama.LlamaEmbedder``)."""
+    """A model loaded to embed (``engine.local.llama.LlamaEmbedder``)."""
 
     def count(self, text: str) -> int:
         """The tokens of ``text``."""

@@ -22,7 +22,8 @@ from ..engine.catalog import (
     default_ollama_dir,
 )
 from ..engine.embedding import Embedders
-from ..engine.llama import LlamaEmbedder
+from ..engine.local.engine import Engine, EngineSettings
+from ..engine.local.llama import LlamaEmbedder
 from ..engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
     DEFAULT_MAX_LOADED_MODELS,
@@ -31,7 +32,6 @@ from ..engine.manager import (
 )
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
-from ..engine.scheduler import Engine, EngineSettings
 from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys

@@ -23,9 +23,9 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.llama import LlamaTokenizer
-from lmsp_jupyter.engine.passes import PASS_MAX, SPLIT_ATTENTION_FROM, decode_pass, pass_size
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.passes import PASS_MAX, SPLIT_ATTENTION_FROM, decode_pass, pass_size
 from tests.engine.conftest import prompt_of
 
 PARALLEL = 8

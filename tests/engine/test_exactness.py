@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.engine.llama import TILED_MM_VARIABLE, without_avx2
+from lmsp_jupyter.engine.local.llama import TILED_MM_VARIABLE, without_avx2
 
 #: Imports the engine, makes a ``llama_cpp.Llama`` first if asked, starts two engines, and
 #: prints the variable after the import and after the start, what the engines say and what the
@@ -24,7 +24,7 @@ import json, logging, os, sys
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
 import llama_cpp
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.scheduler import Engine
+from lmsp_jupyter.engine.local.engine import Engine
 from lmsp_jupyter.service.models import ModelDirectory
 imported = os.environ.get("GGML_CPU_TILED_MM")
 if sys.argv[1] == "llama-first":
@@ -98,7 +98,8 @@ def test_a_user_value_that_turns_it_on_is_kept_and_said_once_in_the_log_and_the_
     assert report["inexact"] == [reason, reason]
     assert report["extensions"] == {"x-lmsp-jupyter": {"inexact": reason}}
     assert report["warnings"] == [
-        f"WARNING lmsp_jupyter.engine.llama temperature 0 is not exact in this process: {reason}"
+        "WARNING lmsp_jupyter.engine.local.llama temperature 0 is not exact in this process: "
+        + reason
     ]
 
 

@@ -22,8 +22,8 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.llama import LlamaTokenizer
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
 from tests.engine.conftest import prompt_of
 

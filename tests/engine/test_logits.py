@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lmsp_jupyter.engine.logits import Penalties, TokenLogprobs
+from lmsp_jupyter.engine.local.logits import Penalties, TokenLogprobs
 
 
 def test_penalties_lower_each_generated_token_by_its_count_and_once_for_presence() -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
 from lmsp_jupyter.engine.manager import RETRY_AFTER_SECONDS, ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
 from lmsp_jupyter.protocol.errors import LmspError
 from tests.helpers import eventually_async
 

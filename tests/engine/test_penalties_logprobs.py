@@ -18,8 +18,8 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
     TokenLogprob,
 )
-from lmsp_jupyter.engine.llama import LlamaTokenizer
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from tests.engine.conftest import prompt_of
 
 #: A prompt a base model continues by repeating itself at temperature 0.

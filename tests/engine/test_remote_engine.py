@@ -16,10 +16,10 @@ import pytest
 
 from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelCatalog
+from lmsp_jupyter.engine.local.engine import Engine
 from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
-from lmsp_jupyter.engine.remote_tokens import TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE
+from lmsp_jupyter.engine.remote.tokens import TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE
 from lmsp_jupyter.engine.router import EngineRouter
-from lmsp_jupyter.engine.scheduler import Engine
 from lmsp_jupyter.protocol.errors import LmspError
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -10,9 +10,9 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import GenerationDone, SamplingParams
-from lmsp_jupyter.engine.llama import LlamaTokenizer
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
-from lmsp_jupyter.engine.speculation import Draft, Drafter, expected_accepted
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.speculation import Draft, Drafter, expected_accepted
 from tests.engine.conftest import prompt_of
 from tests.engine.test_batching import PREAMBLE, PROMPTS, SUBJECTS, generate
 

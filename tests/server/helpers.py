@@ -15,10 +15,10 @@ import httpx
 import pytest
 from traitlets.config import Config
 
-from lmsp_jupyter.engine.batching import ModelWorker
 from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
 from lmsp_jupyter.engine.generation import StopReason
-from lmsp_jupyter.engine.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.batching import ModelWorker
+from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.server.app import LmspApp
 from tests.conftest import FIM_IDS, MODEL
 from tests.doubles import ScriptedEngine

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsp_jupyter.engine.scheduler import Engine
+from lmsp_jupyter.engine.local.engine import Engine
 from lmsp_jupyter.service.responses import ResponseService
 from tests.service.helpers import real_engine, service_of
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
-from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
 from lmsp_jupyter.protocol.tasks import Task

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import httpx
 
-from .generation import ChatMessage, ToolSpec
+from ..generation import ChatMessage, ToolSpec
 
 T = TypeVar("T")
 

@@ -18,11 +18,10 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
-from .backend import Messages, OutputSchema, Tools
-from .batching import ModelWorker
-from .catalog import ModelEntry
-from .fim import raw_prompt_tokens
-from .generation import (
+from ..backend import Messages, OutputSchema, Tools
+from ..catalog import ModelEntry
+from ..fim import raw_prompt_tokens
+from ..generation import (
     CancelToken,
     ChatMessage,
     EngineError,
@@ -33,11 +32,12 @@ from .generation import (
     SamplingParams,
     ToolSpec,
 )
-from .guidance import SchemaMatcher
+from ..guidance import SchemaMatcher
+from ..memory import footprint
+from ..templates import THINK_OPEN, ChatTemplate, fallback_template
+from .batching import ModelWorker
 from .llama import LlamaTokenizer, prepare_llama_cpp
-from .memory import footprint
-from .templates import THINK_OPEN, ChatTemplate, fallback_template
-from .work import GenerationRequest, WorkerSettings
+from .worker_inputs import GenerationRequest, WorkerSettings
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .generation import CancelToken, GenerationEvent, Prompt, SamplingParams
-from .guidance import SchemaMatcher
+from ..generation import CancelToken, GenerationEvent, Prompt, SamplingParams
+from ..guidance import SchemaMatcher
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 
-from ..protocol.errors import LmspError
-from ..protocol.models import ModelCapability
-from .backend import Messages, OutputSchema, Tools
-from .catalog import DEFAULT_CONTEXT_LENGTH, ModelEntry
-from .generation import (
+from ...protocol.errors import LmspError
+from ...protocol.models import ModelCapability
+from ..backend import Messages, OutputSchema, Tools
+from ..catalog import DEFAULT_CONTEXT_LENGTH, ModelEntry
+from ..generation import (
     CancelToken,
     ChatMessage,
     EngineError,
@@ -33,9 +33,9 @@ from .generation import (
     SamplingParams,
     ToolSpec,
 )
-from .remote_server import RETRY_DELAYS, RemoteServer, StructuredOutput
-from .remote_stream import ChunkStream, Lost, Retryable, describe, error_text
-from .remote_tokens import PromptCounter, bound, wire_message
+from .server import RETRY_DELAYS, RemoteServer, StructuredOutput
+from .stream import ChunkStream, Lost, Retryable, describe, error_text
+from .tokens import PromptCounter, bound, wire_message
 
 __all__ = ["RemoteEngine", "RemoteServer"]
 

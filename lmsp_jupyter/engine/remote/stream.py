@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import httpx
 
-from .generation import (
+from ..generation import (
     CancelToken,
     EngineError,
     GenerationDone,

@@ -24,8 +24,8 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from .catalog import ModelEntry
-from .generation import (
+from ..catalog import ModelEntry
+from ..generation import (
     EngineError,
     GenerationDone,
     StopReason,
@@ -36,7 +36,7 @@ from .llama import BatchToken, LlamaModel, TokenSampler
 from .passes import PASS_MAX, decode_pass, lone_token_needs_pad, pass_size
 from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText
-from .work import GenerationRequest, WorkerSettings
+from .worker_inputs import GenerationRequest, WorkerSettings
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..protocol.models import ModelCapability
+from ...protocol.models import ModelCapability
 
 #: Seconds before the n-th retry of a request nothing has come back for yet.
 RETRY_DELAYS = (0.25, 1.0, 2.0)

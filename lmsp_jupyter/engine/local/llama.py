@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from .generation import EngineError, ModelLoadError, SamplingParams, TokenLogprob
-from .guidance import SchemaCompiler, SchemaMatcher
+from ..generation import EngineError, ModelLoadError, SamplingParams, TokenLogprob
+from ..guidance import SchemaCompiler, SchemaMatcher
 from .logits import Penalties, TokenLogprobs
 from .passes import PASS_MAX
 

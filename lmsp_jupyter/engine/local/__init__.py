@@ -1,0 +1,1 @@
+"""engine/local/: the llama.cpp engine, which runs models in this process."""
