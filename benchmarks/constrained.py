@@ -27,7 +27,7 @@ from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import Sample, median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.service.models import ModelDirectory
@@ -82,7 +82,7 @@ async def answer(service: ResponseService, tokens: int, schema: dict[str, Any] |
 
 async def compare(tokens: int, rounds: int) -> tuple[list[Sample], list[Sample]]:
     """``rounds`` alternating (free, constrained) pairs after one warm-up of each."""
-    engine = Engine(EngineSettings())
+    engine = LocalEngine(EngineSettings())
     service = ResponseService(ModelDirectory(ModelCatalog(include_bundled=True), engine), engine)
     try:
         await answer(service, 8, None)

@@ -27,7 +27,7 @@ if not __package__:  # run as a file: python benchmarks/model_memory.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
 
@@ -64,7 +64,7 @@ async def benchmark(args: argparse.Namespace, scratch: Path) -> None:
     shutil.copyfile(bundled, scratch / f"{COPY}.gguf")
     catalog = ModelCatalog(model_dirs=[scratch])
     settings = EngineSettings(context_size=args.context, threads=args.threads)
-    engine = Engine(replace(settings, parallel=args.parallel or settings.parallel))
+    engine = LocalEngine(replace(settings, parallel=args.parallel or settings.parallel))
     manager = ModelManager(engine, keep_alive_seconds=-1, memory_budget_bytes=0)
     try:
         rounds = [await one_round(manager, catalog) for _ in range(args.rounds)]

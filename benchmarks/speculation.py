@@ -4,7 +4,7 @@ llama-cpp-python, on a task set kept in the repository.
 In this process, with the bundled model, greedy: the tasks of ``speculation_tasks.json`` (code
 edits, extraction and quoting from a passage, JSON/CSV continuation, follow-up turns that
 repeat an earlier answer, and a free-form control set) through the service
-(``ResponseService`` on an ``Engine``, no HTTP) with speculation on and off, and raw
+(``ResponseService`` on a ``LocalEngine``, no HTTP) with speculation on and off, and raw
 llama-cpp-python on the same rendered prompts. Code edits run twice on the on side: without and
 with ``prediction`` = the original code. Each side runs every task ``--rounds`` times,
 alternating sides; printed per task kind: the median decode rate of each side (output tokens
@@ -38,7 +38,7 @@ from benchmarks.harness.figures import Sample
 from benchmarks.harness.raw import RawRunner, Settings
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
 from lmsp_jupyter.protocol.requests import parse_response_request
@@ -54,7 +54,7 @@ class Side:
     """The service on an engine with speculation on or off."""
 
     def __init__(self, speculation: bool) -> None:
-        self.engine = Engine(EngineSettings(speculation=speculation))
+        self.engine = LocalEngine(EngineSettings(speculation=speculation))
         catalog = ModelCatalog(include_bundled=True)
         self.service = ResponseService(ModelDirectory(catalog, self.engine), self.engine)
 

@@ -1,4 +1,5 @@
-"""Batching of live events: at most one message per interval, never one per token."""
+"""A throttle of the widget's live messages: at most one message per interval, never one per
+token (not the engine's batching)."""
 
 from __future__ import annotations
 

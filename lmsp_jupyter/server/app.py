@@ -22,7 +22,7 @@ from ..engine.catalog import (
     default_ollama_dir,
 )
 from ..engine.embedding import Embedders
-from ..engine.local.engine import Engine, EngineSettings
+from ..engine.local.engine import EngineSettings, LocalEngine
 from ..engine.local.llama import LlamaEmbedder
 from ..engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
@@ -111,7 +111,7 @@ class LmspApp(ExtensionApp):
     ).tag(config=True)
 
     engine_class = Type(
-        default_value=Engine,
+        default_value=LocalEngine,
         klass=GenerationBackend,
         help="The class that runs the local models (the in-process llama.cpp engine by "
         "default), built as engine_class(EngineSettings(...), parent=LmspApp, log=...): it "

@@ -23,7 +23,7 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.local.passes import PASS_MAX, SPLIT_ATTENTION_FROM, decode_pass, pass_size
 from tests.engine.conftest import prompt_of
@@ -64,19 +64,19 @@ PROMPTS = [f"<bos>{PREAMBLE}{form.format(subject)}" for form in FORMS for subjec
 GREEDY_8 = SamplingParams(max_tokens=8, temperature=0.0)
 
 
-def new_engine(parallel: int = PARALLEL) -> Engine:
-    return Engine(EngineSettings(context_size=1024, threads=1, parallel=parallel))
+def new_engine(parallel: int = PARALLEL) -> LocalEngine:
+    return LocalEngine(EngineSettings(context_size=1024, threads=1, parallel=parallel))
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
+def engine() -> Iterator[LocalEngine]:
     engine = new_engine()
     yield engine
     engine.close()
 
 
 async def generate(
-    engine: Engine,
+    engine: LocalEngine,
     entry: ModelEntry,
     prompt: Prompt,
     params: SamplingParams | None = None,
@@ -100,7 +100,7 @@ async def generate(
 
 
 async def test_a_later_request_streams_before_an_earlier_long_one_ends(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     log: list[tuple[str, GenerationEvent]] = []
     started = asyncio.Event()
@@ -196,7 +196,7 @@ def test_the_long_conversation_is_longer_than_the_sliding_window(
 
 
 async def test_cancelling_one_sequence_leaves_the_others_text_unchanged(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     prompts = [prompt_of(tokenizer, text) for text in PROMPTS[:3]]
     alone = [await generate(engine, entry, prompt) for prompt in prompts]
@@ -272,7 +272,7 @@ def stops_within(pieces: list[str]) -> dict[str, tuple[tuple[str, ...], str]]:
     "case", ["split across two deltas", "the earliest of several", "held back, then let go"]
 )
 async def test_stop_sequences_end_the_text_before_them_and_never_leak(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer, case: str
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer, case: str
 ) -> None:
     log: list[tuple[str, GenerationEvent]] = []
     full, _ = await generate(engine, entry, prompt_of(tokenizer, STORY), GREEDY_8, log=log)
@@ -290,7 +290,7 @@ async def test_stop_sequences_end_the_text_before_them_and_never_leak(
 
 
 async def test_a_seed_repeats_sampling_at_temperature_1(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     prompt = prompt_of(tokenizer, STORY)
 
@@ -305,7 +305,7 @@ async def test_a_seed_repeats_sampling_at_temperature_1(
 
 
 async def test_top_k_1_is_greedy_at_any_temperature(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     params = SamplingParams(max_tokens=8, temperature=1.5, top_k=1, seed=3)
     greedy, _ = await generate(engine, entry, prompt_of(tokenizer, STORY), GREEDY_8)

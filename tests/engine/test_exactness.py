@@ -24,14 +24,14 @@ import json, logging, os, sys
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
 import llama_cpp
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.local.engine import Engine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.service.models import ModelDirectory
 imported = os.environ.get("GGML_CPU_TILED_MM")
 if sys.argv[1] == "llama-first":
     llama_cpp.Llama(sys.argv[2], vocab_only=True, verbose=False)
 catalog = ModelCatalog(include_bundled=True)
 entry = catalog.get(BUNDLED_MODEL_ID)
-engines = [Engine(), Engine()]
+engines = [LocalEngine(), LocalEngine()]
 listed = ModelDirectory(catalog, engines[1]).list().model_dump(mode="json")
 print(json.dumps({
     "imported": imported,

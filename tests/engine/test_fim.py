@@ -9,7 +9,7 @@ import pytest
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.fim import FIM_KEYS, FimTokens, fim_tokens, raw_prompt_tokens
 from lmsp_jupyter.engine.generation import CancelToken, GenerationDone, SamplingParams, TextDelta
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from tests.conftest import FIM_IDS
 from tests.engine.gguf_files import INT32, Typed, write_gguf
@@ -78,7 +78,7 @@ async def test_the_engine_fills_in_the_middle_with_the_models_tokens(
     fim_entry: ModelEntry, fim_model_path: Path
 ) -> None:
     tokenizer = LlamaTokenizer(fim_model_path)
-    engine = Engine(EngineSettings(context_size=512, parallel=1, threads=2))
+    engine = LocalEngine(EngineSettings(context_size=512, parallel=1, threads=2))
     try:
         prefix, suffix = "def fibonacci(n):\n    ", "\n    return a\n"
         prompt = await engine.render_text(fim_entry, prefix, suffix)
@@ -108,7 +108,7 @@ async def test_the_engine_fills_in_the_middle_with_the_models_tokens(
 async def test_the_engine_continues_the_prompt_alone_for_a_model_without_fim(
     entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
-    engine = Engine(EngineSettings(context_size=512, parallel=1, threads=2))
+    engine = LocalEngine(EngineSettings(context_size=512, parallel=1, threads=2))
     try:
         prompt = await engine.render_text(entry, "import numpy as", "\nprint(np)")
         assert prompt.tokens == [tokenizer.bos, *tokenizer.tokenize("import numpy as")]

@@ -22,7 +22,7 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
 from tests.engine.conftest import prompt_of
@@ -39,8 +39,8 @@ JAPANESE = "<bos>日本語の文章：私は"
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    engine = Engine(EngineSettings(context_size=CONTEXT, threads=THREADS))
+def engine() -> Iterator[LocalEngine]:
+    engine = LocalEngine(EngineSettings(context_size=CONTEXT, threads=THREADS))
     yield engine
     engine.close()
 
@@ -86,14 +86,14 @@ def test_tokenize_adds_no_bos_of_its_own(tokenizer: LlamaTokenizer) -> None:
 
 
 async def collect(
-    engine: Engine, entry: ModelEntry, prompt: Prompt, max_tokens: int
+    engine: LocalEngine, entry: ModelEntry, prompt: Prompt, max_tokens: int
 ) -> list[GenerationEvent]:
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     return [event async for event in engine.generate(entry, prompt, params, CancelToken())]
 
 
 async def test_engine_render_applies_the_models_template_and_tokenizer(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
     assert prompt.text == GEMMA_HI
@@ -101,7 +101,7 @@ async def test_engine_render_applies_the_models_template_and_tokenizer(
 
 
 async def test_engine_loads_the_model_on_first_generation(entry: ModelEntry) -> None:
-    engine = Engine(EngineSettings(context_size=CONTEXT, threads=THREADS))
+    engine = LocalEngine(EngineSettings(context_size=CONTEXT, threads=THREADS))
     try:
         prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
         assert engine.is_loaded(BUNDLED_MODEL_ID) is False
@@ -112,7 +112,7 @@ async def test_engine_loads_the_model_on_first_generation(entry: ModelEntry) -> 
 
 
 async def test_breaking_out_of_generate_cancels_the_run(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     cancel = CancelToken()
     # A budget far beyond what runs before the cancellation lands: only a missed
@@ -131,7 +131,7 @@ async def test_breaking_out_of_generate_cancels_the_run(
 
 
 async def test_token_cancelled_before_start_generates_nothing(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     cancel = CancelToken()
     cancel.cancel()
@@ -144,7 +144,7 @@ async def test_token_cancelled_before_start_generates_nothing(
 
 
 async def test_cancel_after_the_first_delta_ends_cancelled_with_the_text_so_far(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     cancel = CancelToken()
     prompt = prompt_of(tokenizer, STORY)
@@ -161,7 +161,7 @@ async def test_cancel_after_the_first_delta_ends_cancelled_with_the_text_so_far(
 
 
 async def test_generate_at_temperature_0_is_deterministic(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     hi, france = prompt_of(tokenizer, GEMMA_HI), prompt_of(tokenizer, FRANCE)
     first = await collect(engine, entry, hi, 12)
@@ -174,7 +174,7 @@ async def test_generate_at_temperature_0_is_deterministic(
 
 
 async def test_generate_emits_text_deltas_then_one_generation_done_with_exactly_max_tokens(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     prompt = prompt_of(tokenizer, STORY)
     events = await collect(engine, entry, prompt, 8)
@@ -192,7 +192,7 @@ async def test_generate_emits_text_deltas_then_one_generation_done_with_exactly_
 
 
 async def test_multibyte_text_arrives_whole(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     events = await collect(engine, entry, prompt_of(tokenizer, JAPANESE), 12)
     text = text_of(events)
@@ -204,7 +204,7 @@ async def test_multibyte_text_arrives_whole(
 async def test_generate_stops_at_the_context_size(
     entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
-    small = Engine(EngineSettings(context_size=64, threads=THREADS, parallel=2))
+    small = LocalEngine(EngineSettings(context_size=64, threads=THREADS, parallel=2))
     try:
         prompt = prompt_of(
             tokenizer, "<bos>" + "one two three four five six seven eight nine ten " * 5
@@ -231,7 +231,7 @@ async def test_engine_generate_of_an_unloadable_model_raises_model_load_error(
         chat_template=None,
         location=broken,
     )
-    engine = Engine(EngineSettings(context_size=CONTEXT, threads=1))
+    engine = LocalEngine(EngineSettings(context_size=CONTEXT, threads=1))
     try:
         with pytest.raises(ModelLoadError, match=r"^broken\.gguf could not be loaded$"):
             await collect(engine, entry, Prompt(text="x", tokens=[1, 2]), 4)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.manager import RETRY_AFTER_SECONDS, ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
 from lmsp_jupyter.protocol.errors import LmspError
@@ -45,19 +45,19 @@ def models(model_dir: Path) -> tuple[ModelEntry, ModelEntry, ModelEntry]:
 
 
 @pytest.fixture
-def engine() -> Iterator[Engine]:
-    engine = Engine(EngineSettings(context_size=CONTEXT, threads=THREADS))
+def engine() -> Iterator[LocalEngine]:
+    engine = LocalEngine(EngineSettings(context_size=CONTEXT, threads=THREADS))
     yield engine
     engine.close()
 
 
-def manager(engine: Engine, **traits: object) -> ModelManager:
+def manager(engine: LocalEngine, **traits: object) -> ModelManager:
     """A manager logging to ``lmsp-test-manager`` (for ``caplog``)."""
     return ModelManager(engine, log=logging.getLogger("lmsp-test-manager"), **traits)
 
 
 @pytest.fixture
-def room_for_one(engine: Engine, models: tuple[ModelEntry, ...]) -> ModelManager:
+def room_for_one(engine: LocalEngine, models: tuple[ModelEntry, ...]) -> ModelManager:
     """A manager whose memory budget holds one of the models, each kept until it must go."""
     budget = int(1.5 * engine.footprint(models[0]))
     return manager(engine, keep_alive_seconds=-1, memory_budget_bytes=budget)
@@ -74,7 +74,7 @@ async def wait_for(check: Callable[[], bool], what: str, limit: float = 120) -> 
 
 
 async def test_an_idle_model_is_unloaded_after_its_keep_alive_and_its_memory_returned(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: LocalEngine, models: tuple[ModelEntry, ...]
 ) -> None:
     first = models[0]
     models_manager = manager(engine, keep_alive_seconds=0.5)
@@ -94,7 +94,7 @@ async def test_an_idle_model_is_unloaded_after_its_keep_alive_and_its_memory_ret
 
 
 async def test_the_state_moves_from_loading_to_loaded_with_memory_and_expiry(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: LocalEngine, models: tuple[ModelEntry, ...]
 ) -> None:
     first = models[0]
     models_manager = manager(engine, keep_alive_seconds=120)
@@ -123,7 +123,7 @@ async def test_the_state_moves_from_loading_to_loaded_with_memory_and_expiry(
 
 
 async def test_the_least_recently_used_idle_model_is_unloaded_when_the_budget_holds_one(
-    engine: Engine, models: tuple[ModelEntry, ...], room_for_one: ModelManager
+    engine: LocalEngine, models: tuple[ModelEntry, ...], room_for_one: ModelManager
 ) -> None:
     first, second, _ = models
 
@@ -141,7 +141,7 @@ async def test_the_least_recently_used_idle_model_is_unloaded_when_the_budget_ho
 
 
 async def test_eviction_takes_the_least_recently_used_not_the_first_loaded(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: LocalEngine, models: tuple[ModelEntry, ...]
 ) -> None:
     first, second, third = models
     models_manager = manager(engine, keep_alive_seconds=-1, max_loaded_models=2)
@@ -157,7 +157,7 @@ async def test_eviction_takes_the_least_recently_used_not_the_first_loaded(
 
 
 async def test_a_model_in_use_is_never_unloaded_and_the_other_gets_overloaded(
-    engine: Engine, models: tuple[ModelEntry, ...], room_for_one: ModelManager
+    engine: LocalEngine, models: tuple[ModelEntry, ...], room_for_one: ModelManager
 ) -> None:
     first, second, _ = models
 
@@ -185,7 +185,7 @@ async def test_a_model_in_use_is_never_unloaded_and_the_other_gets_overloaded(
 
 
 async def test_a_model_bigger_than_the_budget_is_refused_before_anything_is_unloaded(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: LocalEngine, models: tuple[ModelEntry, ...]
 ) -> None:
     first, second, _ = models
     models_manager = manager(engine, keep_alive_seconds=-1)
@@ -200,7 +200,7 @@ async def test_a_model_bigger_than_the_budget_is_refused_before_anything_is_unlo
 
 
 async def test_keep_alive_zero_unloads_as_soon_as_idle_and_a_request_may_set_it(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: LocalEngine, models: tuple[ModelEntry, ...]
 ) -> None:
     first = models[0]
     models_manager = manager(engine, keep_alive_seconds=-1)
@@ -216,7 +216,7 @@ async def test_keep_alive_zero_unloads_as_soon_as_idle_and_a_request_may_set_it(
 
 
 async def test_concurrent_first_uses_load_the_model_once(
-    engine: Engine, models: tuple[ModelEntry, ...], caplog: pytest.LogCaptureFixture
+    engine: LocalEngine, models: tuple[ModelEntry, ...], caplog: pytest.LogCaptureFixture
 ) -> None:
     first = models[0]
     models_manager = manager(engine, keep_alive_seconds=-1)
@@ -230,7 +230,7 @@ async def test_concurrent_first_uses_load_the_model_once(
 
 
 async def test_unloading_a_model_that_is_not_loaded_does_nothing(
-    engine: Engine, models: tuple[ModelEntry, ...]
+    engine: LocalEngine, models: tuple[ModelEntry, ...]
 ) -> None:
     models_manager = manager(engine)
     await models_manager.unload(models[1].id)

@@ -18,7 +18,7 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
     TokenLogprob,
 )
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from tests.engine.conftest import prompt_of
 
@@ -33,19 +33,19 @@ PROMPTS = [
 TOKENS = 40
 
 
-def new_engine(parallel: int) -> Engine:
-    return Engine(EngineSettings(context_size=512, threads=1, parallel=parallel))
+def new_engine(parallel: int) -> LocalEngine:
+    return LocalEngine(EngineSettings(context_size=512, threads=1, parallel=parallel))
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
+def engine() -> Iterator[LocalEngine]:
     engine = new_engine(parallel=len(PROMPTS))
     yield engine
     engine.close()
 
 
 async def generate(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer, text: str, **params: object
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer, text: str, **params: object
 ) -> tuple[str, tuple[TokenLogprob, ...], GenerationDone]:
     """The text, the logprobs and the final event of one greedy generation."""
     sampling = SamplingParams(max_tokens=TOKENS, temperature=0.0, **params)  # type: ignore[arg-type]
@@ -68,7 +68,7 @@ def repeated_trigrams(text: str) -> int:
 
 
 async def test_a_frequency_penalty_breaks_a_loop_at_temperature_0(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     plain, _, _ = await generate(engine, entry, tokenizer, LOOPING)
     penalized, _, _ = await generate(engine, entry, tokenizer, LOOPING, frequency_penalty=1.5)
@@ -77,7 +77,7 @@ async def test_a_frequency_penalty_breaks_a_loop_at_temperature_0(
 
 
 async def test_penalties_and_logprobs_are_the_same_alone_batched_and_cached(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     params = {"frequency_penalty": 1.0, "presence_penalty": 0.5, "top_logprobs": 5}
     alone_engine = new_engine(parallel=1)
@@ -100,7 +100,7 @@ async def test_penalties_and_logprobs_are_the_same_alone_batched_and_cached(
 
 
 async def test_logprobs_describe_the_greedy_draw(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     text, logprobs, done = await generate(engine, entry, tokenizer, PROMPTS[1], top_logprobs=5)
     assert len(logprobs) == done.output_tokens
@@ -116,7 +116,7 @@ async def test_logprobs_describe_the_greedy_draw(
 
 
 async def test_logprobs_with_0_alternatives_and_penalties_keep_the_chosen_tokens(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     """Logprobs are of the penalized distribution: the greedy token is still its top one."""
     _, logprobs, _ = await generate(
@@ -128,7 +128,7 @@ async def test_logprobs_with_0_alternatives_and_penalties_keep_the_chosen_tokens
 
 
 async def test_under_a_schema_logprobs_are_masked_and_forced_tokens_certain(
-    engine: Engine, entry: ModelEntry, tokenizer: LlamaTokenizer
+    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
     schema = {
         "type": "object",

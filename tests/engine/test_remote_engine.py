@@ -16,7 +16,7 @@ import pytest
 
 from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.catalog import ModelCatalog
-from lmsp_jupyter.engine.local.engine import Engine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.remote import RemoteEngine, RemoteServer
 from lmsp_jupyter.engine.remote.tokens import TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE
 from lmsp_jupyter.engine.router import EngineRouter
@@ -126,7 +126,7 @@ def test_a_server_that_does_not_answer_lists_its_models_unavailable() -> None:
 
 def test_the_router_sends_a_servers_prefix_to_that_server_and_the_rest_to_the_catalog() -> None:
     remote = engine(lambda _: listing({"id": "m"}))
-    router = EngineRouter(Engine(), ModelCatalog(include_bundled=False), [remote])
+    router = EngineRouter(LocalEngine(), ModelCatalog(include_bundled=False), [remote])
     asyncio.run(router.refresh())
     assert [entry.id for entry in router.list()] == ["gpu/m"]
     assert router.get("gpu/m").owned_by == "gpu"
@@ -139,7 +139,7 @@ def test_concurrent_first_requests_share_one_listing_and_all_get_their_answer() 
     remote = one_model(
         lambda _: sse(chunk({"content": "ok"}), chunk({}, "stop"), "data: [DONE]\n\n"), paths
     )
-    router = EngineRouter(Engine(), ModelCatalog(include_bundled=False), [remote])
+    router = EngineRouter(LocalEngine(), ModelCatalog(include_bundled=False), [remote])
     params = generation.SamplingParams(max_tokens=1)
 
     async def first_requests() -> list[list[generation.GenerationEvent]]:
@@ -170,7 +170,7 @@ def router_on_a_held_listing(
     remote = RemoteEngine(server, transport=httpx.MockTransport(handler))
     catalog = ModelCatalog(include_bundled=False)
     return EngineRouter(
-        Engine(), catalog, [remote], first_listing_seconds=first_listing_seconds
+        LocalEngine(), catalog, [remote], first_listing_seconds=first_listing_seconds
     ), paths
 
 
@@ -210,7 +210,7 @@ def test_a_listing_does_not_wait_for_a_server_that_failed_to_answer() -> None:
         paths.append(request.url.path)
         raise httpx.ConnectError("refused", request=request)
 
-    router = EngineRouter(Engine(), ModelCatalog(include_bundled=False), [engine(refuse)])
+    router = EngineRouter(LocalEngine(), ModelCatalog(include_bundled=False), [engine(refuse)])
     for _ in range(2):
         asyncio.run(router.first_listing())
     assert paths == ["/v1/models"]  # asked once, by the first listing

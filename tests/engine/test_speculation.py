@@ -10,7 +10,7 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import GenerationDone, SamplingParams
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.local.speculation import Draft, Drafter, expected_accepted
 from tests.engine.conftest import prompt_of
@@ -36,11 +36,11 @@ LISTS = [
 SPECULATING = [*COPYING, *LISTS, *PROMPTS[::15]]
 
 
-def new_engine(parallel: int, speculation: bool = True) -> Engine:
+def new_engine(parallel: int, speculation: bool = True) -> LocalEngine:
     settings = EngineSettings(
         context_size=1024, threads=1, parallel=parallel, speculation=speculation
     )
-    return Engine(settings)
+    return LocalEngine(settings)
 
 
 GREEDY = SamplingParams(max_tokens=TOKENS, temperature=0.0)

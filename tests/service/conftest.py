@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsp_jupyter.engine.local.engine import Engine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.service.responses import ResponseService
 from tests.service.helpers import real_engine, service_of
 
@@ -20,13 +20,13 @@ def context_size() -> int:
 
 
 @pytest.fixture(scope="module")
-def engine(context_size: int, bundled_model_path: Path) -> Iterator[Engine]:
+def engine(context_size: int, bundled_model_path: Path) -> Iterator[LocalEngine]:
     """The real engine on the bundled model, loaded on first use and closed after the module."""
     with real_engine(context_size) as engine:
         yield engine
 
 
 @pytest.fixture(scope="module")
-def service(engine: Engine) -> ResponseService:
+def service(engine: LocalEngine) -> ResponseService:
     """A response service on the real engine."""
     return service_of(engine)

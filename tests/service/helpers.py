@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
-from lmsp_jupyter.engine.local.engine import Engine, EngineSettings
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
 from lmsp_jupyter.protocol.tasks import Task
@@ -44,10 +44,10 @@ MESSAGE_DONE = ["response.output_text.done", "response.content_part.done", DONE]
 
 
 @contextlib.contextmanager
-def real_engine(context_size: int) -> Iterator[Engine]:
+def real_engine(context_size: int) -> Iterator[LocalEngine]:
     """The real engine with a ``context_size`` window (the model loads on first use); closed
     after."""
-    engine = Engine(EngineSettings(context_size=context_size, threads=THREADS))
+    engine = LocalEngine(EngineSettings(context_size=context_size, threads=THREADS))
     try:
         yield engine
     finally:

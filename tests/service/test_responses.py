@@ -12,7 +12,7 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, ModelLoadError
-from lmsp_jupyter.engine.local.engine import Engine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, fallback_template
 from lmsp_jupyter.protocol.errors import LmspError
@@ -77,7 +77,7 @@ async def refusal(service: ResponseService, req: ResponseRequest) -> LmspError:
 
 
 @pytest.fixture(scope="module")
-def small_engine() -> Iterator[Engine]:
+def small_engine() -> Iterator[LocalEngine]:
     """An engine whose context window is 64 tokens (only its tokenizer is ever loaded)."""
     with real_engine(64) as engine:
         yield engine
@@ -221,7 +221,7 @@ async def test_usage_input_tokens_are_the_tokenizers_count_of_the_rendered_promp
 
 
 async def test_prompt_plus_max_output_tokens_over_the_context_is_context_length_exceeded(
-    small_engine: Engine, entry: ModelEntry
+    small_engine: LocalEngine, entry: ModelEntry
 ) -> None:
     service = service_of(small_engine)
     prompt = await small_engine.render(entry, [ChatMessage(role="user", content="Hi")])
@@ -238,7 +238,7 @@ async def test_prompt_plus_max_output_tokens_over_the_context_is_context_length_
 
 
 async def test_prompt_filling_the_context_is_context_length_exceeded_naming_input(
-    small_engine: Engine,
+    small_engine: LocalEngine,
 ) -> None:
     service = service_of(small_engine)
     error = await refusal(service, request(input="one two three four five six seven " * 12))

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import threading
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -124,10 +125,11 @@ def context_length(entry: ModelEntry, settings: EngineSettings) -> int:
     return min(entry.context_length, settings.context_size)
 
 
-class Engine(LoggingConfigurable):
+class LocalEngine(LoggingConfigurable):
     """Runs models: renders prompts, tokenizes, and generates on per-model worker threads.
 
-    The default ``LmspApp.engine_class``: the app builds it as ``Engine(settings, parent=app)``.
+    The default ``LmspApp.engine_class``: the app builds it as
+    ``LocalEngine(settings, parent=app)``.
     """
 
     def __init__(self, settings: EngineSettings | None = None, **kwargs: Any) -> None:
@@ -284,3 +286,16 @@ class Engine(LoggingConfigurable):
                 tokenizing.close()
             self._workers.clear()
             self._tokenizers.clear()
+
+
+def __getattr__(name: str) -> Any:
+    """``Engine``, this class's name before engine/local/, answers for one release (warned)."""
+    if name == "Engine":
+        warnings.warn(
+            "lmsp_jupyter's Engine is now LocalEngine (lmsp_jupyter.engine.local.engine); "
+            "the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return LocalEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
