@@ -183,7 +183,10 @@ def live_server(
     ]
     # The line holds the load test's 200 connections (tests/system/test_load.py) instead of
     # refusing those beyond 64 with 503 overloaded.
-    config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL, "max_queued_tasks": 256}}
+    config = {
+        "LmspApp": {"tokens": tokens, "max_queued_tasks": 256},
+        "LocalEngine": {"parallel_requests": LIVE_PARALLEL},
+    }
     with running_server(tmp_path_factory.mktemp("live"), config=config) as server:
         yield server
 

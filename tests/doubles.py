@@ -47,7 +47,7 @@ class ScriptedEngine(LoggingConfigurable):
     ).tag(config=True)
 
     def __init__(self, settings: EngineSettings | None = None, **kwargs: Any) -> None:
-        """``settings`` is what the app gives every engine class; a script ignores it."""
+        """``settings`` is what tests give the local engine; a script ignores it."""
         super().__init__(**kwargs)
         #: The messages of every prompt rendered, in order.
         self.prompts: list[Sequence[generation.ChatMessage]] = []

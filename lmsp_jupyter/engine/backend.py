@@ -45,8 +45,8 @@ class GenerationBackend(Protocol):
     """Renders prompts and generates for the models it serves.
 
     ``LmspApp.engine_class`` names the class of the in-process one: the app builds it as
-    ``engine_class(EngineSettings(...), parent=app, log=app.log)``, so that a
-    ``LoggingConfigurable`` backend reads its own settings from the Jupyter config.
+    ``engine_class(parent=app, log=app.log)``, so that a ``LoggingConfigurable`` backend reads
+    its own settings from the Jupyter config (as ``LocalEngine`` does).
     """
 
     def context_length(self, entry: ModelEntry) -> int:

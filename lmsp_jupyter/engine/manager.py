@@ -18,9 +18,9 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from traitlets import Float, Int, TraitType, default
+from traitlets import Float, Int, default
 from traitlets.config import LoggingConfigurable
 
 from ..protocol.errors import LmspError
@@ -38,7 +38,6 @@ DEFAULT_MAX_LOADED_MODELS = 3
 RETRY_AFTER_SECONDS = 5
 
 Residency = Literal["loading", "loaded", "unloading"]
-_Trait = TypeVar("_Trait", bound=TraitType[Any, Any])
 
 
 @dataclass(frozen=True)
@@ -76,13 +75,6 @@ def default_memory_budget() -> int:
     return int(physical_memory() * DEFAULT_MEMORY_SHARE)
 
 
-def app_setting(trait: _Trait) -> _Trait:
-    """``trait`` as a setting of the manager that defaults to the parent application's setting
-    of the same name (its ``@default`` reads it); one set on the manager wins over that."""
-    trait.help += " Default: LmspApp's setting of the same name; set here, it wins over that."
-    return trait.tag(config=True, app_setting=True)
-
-
 def _mb(size: int) -> str:
     return f"{size / 1e6:,.0f} MB"
 
@@ -90,37 +82,35 @@ def _mb(size: int) -> str:
 class ModelManager(LoggingConfigurable):
     """Loads models on demand and unloads them when idle or to make room for another.
 
-    Its settings default to the parent application's settings of the same name
-    (``LmspApp.keep_alive_seconds``, ...), as jupyter-server's contents manager takes its
-    ``root_dir`` from the server; one configured on the manager itself wins.
+    Its settings are its own traits (``ModelManager.keep_alive_seconds``, ...): the app builds
+    it with ``parent=app``, so it reads them from the Jupyter config.
     """
 
-    keep_alive_seconds = app_setting(
-        Float(help="Seconds a loaded model stays in memory with nothing running or waiting on it.")
-    )
-    max_loaded_models = app_setting(Int(help="Most models in memory at once."))
-    memory_budget_bytes = app_setting(
-        Int(help="Memory loaded models may take together, by their estimated footprint.")
-    )
+    keep_alive_seconds = Float(
+        DEFAULT_KEEP_ALIVE_SECONDS,
+        help="Seconds a loaded model stays in memory with nothing running or waiting on it; "
+        "0: unloaded as soon as it is idle; negative: never unloaded for being idle. A "
+        'request may set it for its model with extensions["x-lmsp-jupyter"]'
+        '["keep_alive_seconds"].',
+    ).tag(config=True)
 
-    @default("keep_alive_seconds")
-    def _default_keep_alive(self) -> float:
-        return float(self._app_setting("keep_alive_seconds", DEFAULT_KEEP_ALIVE_SECONDS))
+    max_loaded_models = Int(
+        DEFAULT_MAX_LOADED_MODELS,
+        help="Most models in memory at once; loading one more first unloads the least "
+        "recently used idle model. 0: no limit.",
+    ).tag(config=True)
 
-    @default("max_loaded_models")
-    def _default_max_loaded_models(self) -> int:
-        return int(self._app_setting("max_loaded_models", DEFAULT_MAX_LOADED_MODELS))
+    memory_budget_bytes = Int(
+        help="Memory loaded models may take together, by their estimated footprint (weights "
+        "plus KV cache for the context and its parallel sequences; llama.cpp's compute "
+        "buffers come on top). Idle models are unloaded, least recently used first, to make "
+        "room; a model that still does not fit is refused with 503 overloaded. Default: half "
+        "of the machine's physical RAM. 0: no budget.",
+    ).tag(config=True)
 
     @default("memory_budget_bytes")
     def _default_memory_budget(self) -> int:
-        return int(self._app_setting("memory_budget_bytes", default_memory_budget()))
-
-    def _app_setting(self, name: str, fallback: float) -> Any:
-        """The parent application's setting ``name``, or ``fallback`` without one."""
-        parent = self.parent
-        if parent is not None and parent.has_trait(name):
-            return getattr(parent, name)
-        return fallback
+        return default_memory_budget()
 
     def __init__(self, engine: GenerationBackend, **kwargs: Any) -> None:
         """Manage the models ``engine`` runs; ``kwargs`` are traits and ``parent``/``config``."""

@@ -8,12 +8,24 @@ import logging
 import os
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Type, Unicode, default
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    TraitError,
+    TraitType,
+    Type,
+    Unicode,
+    default,
+)
 
 from ..engine.backend import GenerationBackend
 from ..engine.catalog import (
@@ -24,12 +36,7 @@ from ..engine.catalog import (
 from ..engine.embedding import Embedders
 from ..engine.local.engine import EngineSettings, LocalEngine
 from ..engine.local.llama import LlamaEmbedder
-from ..engine.manager import (
-    DEFAULT_KEEP_ALIVE_SECONDS,
-    DEFAULT_MAX_LOADED_MODELS,
-    ModelManager,
-    default_memory_budget,
-)
+from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
@@ -54,8 +61,14 @@ from .openapi import openapi_json
 from .routes import default_handlers
 from .sse import SLOW_CLIENT_SECONDS
 
-#: The engine's own defaults, which the engine settings below offer.
-ENGINE_DEFAULTS = EngineSettings()
+_Trait = TypeVar("_Trait", bound=TraitType[Any, Any])
+
+
+def moved_setting(trait: _Trait, moved_to: str) -> _Trait:
+    """``trait``, a setting of ``LmspApp`` that moved to ``moved_to`` (``Class.name``): still
+    accepted under its old name for one release, with a warning, and given to its new owner."""
+    trait.help = f"Deprecated: set {moved_to}."
+    return trait.tag(config=True, moved_to=moved_to)
 
 
 class PathList(List[str]):
@@ -98,7 +111,7 @@ class LmspApp(ExtensionApp):
     """Serves LMSP 1.0 under ``{base_url}lmsp/v1`` from the GGUF models on this machine."""
 
     name = "lmsp"
-    classes = [*ExtensionApp.classes, ModelManager]
+    classes = [*ExtensionApp.classes, LocalEngine, ModelManager]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
@@ -114,40 +127,29 @@ class LmspApp(ExtensionApp):
         default_value=LocalEngine,
         klass=GenerationBackend,
         help="The class that runs the local models (the in-process llama.cpp engine by "
-        "default), built as engine_class(EngineSettings(...), parent=LmspApp, log=...): it "
-        "implements lmsp_jupyter.engine.backend.GenerationBackend, and a LoggingConfigurable "
-        "one reads its own settings from the Jupyter config.",
+        "default), built as engine_class(parent=LmspApp, log=...): it implements "
+        "lmsp_jupyter.engine.backend.GenerationBackend, and a LoggingConfigurable one reads "
+        "its own settings from the Jupyter config (LocalEngine.context_size, ...).",
     ).tag(config=True)
 
     model_manager_class = Type(
         default_value=ModelManager,
         klass=ModelManager,
-        help="The class that decides which models stay in memory. Its settings default to "
-        "LmspApp.keep_alive_seconds, LmspApp.max_loaded_models and "
-        "LmspApp.memory_budget_bytes; ModelManager.<name> set too wins over LmspApp.<name>.",
+        help="The class that decides which models stay in memory, built as "
+        "model_manager_class(engine, parent=LmspApp, log=...): it reads its settings "
+        "(ModelManager.keep_alive_seconds, ...) from the Jupyter config.",
     ).tag(config=True)
 
-    keep_alive_seconds = Float(
-        DEFAULT_KEEP_ALIVE_SECONDS,
-        help="Seconds a loaded model stays in memory with nothing running or waiting on it; "
-        "0: unloaded as soon as it is idle; negative: never unloaded for being idle. A "
-        'request may set it for its model with extensions["x-lmsp-jupyter"]'
-        '["keep_alive_seconds"].',
-    ).tag(config=True)
-
-    max_loaded_models = Int(
-        DEFAULT_MAX_LOADED_MODELS,
-        help="Most models in memory at once; loading one more first unloads the least "
-        "recently used idle model. 0: no limit.",
-    ).tag(config=True)
-
-    memory_budget_bytes = Int(
-        help="Memory loaded models may take together, by their estimated footprint (weights "
-        "plus KV cache for the context and its parallel sequences; llama.cpp's compute "
-        "buffers come on top). Idle models are unloaded, least recently used first, to make "
-        "room; a model that still does not fit is refused with 503 overloaded. Default: half "
-        "of the machine's physical RAM. 0: no budget.",
-    ).tag(config=True)
+    # The old spellings of settings now on the classes that use them: honoured, with a warning.
+    keep_alive_seconds = moved_setting(Float(), "ModelManager.keep_alive_seconds")
+    max_loaded_models = moved_setting(Int(), "ModelManager.max_loaded_models")
+    memory_budget_bytes = moved_setting(Int(), "ModelManager.memory_budget_bytes")
+    context_size = moved_setting(Int(), "LocalEngine.context_size")
+    threads = moved_setting(Int(), "LocalEngine.threads")
+    batch_size = moved_setting(Int(), "LocalEngine.batch_size")
+    parallel = moved_setting(Int(), "LocalEngine.parallel_requests")
+    speculation = moved_setting(Bool(), "LocalEngine.speculation")
+    keepalive_seconds = moved_setting(Float(), "LmspApp.sse_keepalive_seconds")
 
     ollama_dir = Unicode(
         help="An Ollama model store (manifests/ and blobs/) whose models are offered too. "
@@ -165,46 +167,12 @@ class LmspApp(ExtensionApp):
         "inherit it as $LMSP_MODEL. Empty: the first loaded model, else the first listed.",
     ).tag(config=True)
 
-    context_size = Int(
-        ENGINE_DEFAULTS.context_size,
-        help="Context window in tokens given to each loaded model, capped by what the model "
-        "was trained for. 0: the model's full trained context.",
-    ).tag(config=True)
-
-    threads = Int(
-        ENGINE_DEFAULTS.threads,
-        help="CPU threads llama.cpp uses per model, for prompts and generation alike. "
-        "Default: every core (llama-cpp-python's own default, half of them, is slower).",
-    ).tag(config=True)
-
-    batch_size = Int(
-        ENGINE_DEFAULTS.batch_size,
-        help="Most tokens one step of a model evaluates: the running requests' next tokens "
-        "and chunks of new prompts (while requests stream, prompts take at most 32 a step).",
-    ).tag(config=True)
-
-    parallel = Int(
-        ENGINE_DEFAULTS.parallel,
-        help="Requests one model generates at once, direct requests and tasks alike, in one "
-        "batch per step; more wait in line. Each has a KV cache of context_size tokens (and "
-        "one more for padding), which a finished request leaves for the next with its prefix.",
-    ).tag(config=True)
-
-    speculation = Bool(
-        ENGINE_DEFAULTS.speculation,
-        help="Whether local models verify guessed tokens in one pass: what followed the "
-        "latest earlier occurrence of the answer's last tokens in its prompt and answer, or "
-        "the text a request predicts (Chat Completions' prediction). The text is the same, "
-        "greedy or seeded; a request guesses only while its guesses pay for the pass, and may "
-        'turn it off with extensions["x-lmsp-jupyter"]["speculation"] = false.',
-    ).tag(config=True)
-
     max_body_bytes = Int(
         8 * 1024 * 1024, help="Largest request body accepted; larger → 413 payload_too_large."
     ).tag(config=True)
 
-    keepalive_seconds = Float(
-        15.0, help="Idle seconds after which a stream sends a ': keep-alive' comment."
+    sse_keepalive_seconds = Float(
+        15.0, help="Idle seconds after which an event stream sends a ': keep-alive' comment."
     ).tag(config=True)
 
     slow_client_seconds = Float(
@@ -307,10 +275,6 @@ class LmspApp(ExtensionApp):
     def _default_store_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
 
-    @default("memory_budget_bytes")
-    def _default_memory_budget_bytes(self) -> int:
-        return default_memory_budget()
-
     @default("ollama_dir")
     def _default_ollama_dir(self) -> str:
         return str(default_ollama_dir())
@@ -319,10 +283,29 @@ class LmspApp(ExtensionApp):
     def _default_huggingface_cache_dir(self) -> str:
         return str(default_huggingface_cache_dir())
 
+    def _honour_moved_settings(self) -> None:
+        """Each moved setting set under its old name: a warning, and its value given to its
+        new owner, unless that is set too (then the new name wins)."""
+        own = self.config[type(self).__name__]
+        for old, trait in self.class_traits(moved_to=lambda new: new is not None).items():
+            if old not in own:
+                continue
+            moved_to: str = trait.metadata["moved_to"]
+            self.log.warning(
+                "LmspApp.%s is deprecated and goes in the next release: set %s", old, moved_to
+            )
+            owner, new = moved_to.split(".")
+            if owner == "LmspApp":
+                if new not in own:
+                    setattr(self, new, getattr(self, old))
+            elif new not in self.config[owner]:
+                self.config[owner][new] = own[old]
+
     def initialize_settings(self) -> None:
         """Build the catalog, engine and services and share them with the handlers, and tell
         the kernels the server will start which model to ask by default."""
         self._share_log()
+        self._honour_moved_settings()
         export_default_model(self.default_model, os.environ)
         catalog = ModelCatalog(
             model_dirs=[Path(d).expanduser() for d in self.model_dirs],
@@ -333,15 +316,8 @@ class LmspApp(ExtensionApp):
                 else None
             ),
         )
-        settings = EngineSettings(
-            context_size=self.context_size,
-            threads=self.threads,
-            batch_size=self.batch_size,
-            parallel=self.parallel,
-            speculation=self.speculation,
-        )
         build: Callable[..., GenerationBackend] = self.engine_class  # a class, not the Protocol
-        local = build(settings, parent=self, log=self.log)
+        local = build(parent=self, log=self.log)
         remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
         self.engine = EngineRouter(
             local, catalog, remotes, first_listing_seconds=self.remote_first_listing_seconds
@@ -364,7 +340,9 @@ class LmspApp(ExtensionApp):
             conversations=True,
             embedding_pooling=self.embedding_models,
         )
-        self.embeddings = EmbeddingService(models, Embedders(LlamaEmbedder, settings.threads))
+        # Embedding models run on llama.cpp too, with the local engine's threads.
+        threads = (local.settings if isinstance(local, LocalEngine) else EngineSettings()).threads
+        self.embeddings = EmbeddingService(models, Embedders(LlamaEmbedder, threads))
         responses = ResponseService(
             models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
         )
@@ -385,7 +363,7 @@ class LmspApp(ExtensionApp):
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
             lmsp_max_body_bytes=self.max_body_bytes,
-            lmsp_keepalive_seconds=self.keepalive_seconds,
+            lmsp_keepalive_seconds=self.sse_keepalive_seconds,
             lmsp_slow_client_seconds=self.slow_client_seconds,
             lmsp_openapi_json=openapi_json,
         )

@@ -27,7 +27,7 @@ def jp_home_dir(request: pytest.FixtureRequest, jp_home_dir: Path) -> Path:
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest) -> Config:
     """pytest-jupyter's server config: :func:`server_config` with quick keep-alives."""
-    return server_config(request, keepalive_seconds=0.05)
+    return server_config(request, sse_keepalive_seconds=0.05)
 
 
 @pytest.fixture

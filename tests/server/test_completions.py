@@ -232,7 +232,9 @@ def test_the_openai_sdk_creates_and_streams_completions(sdk: OpenAI) -> None:
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest, fim_model_path: Path) -> Config:
     """The in-process server, with the FIM copy of the bundled model in a model directory."""
-    return server_config(request, keepalive_seconds=0.05, model_dirs=[str(fim_model_path.parent)])
+    return server_config(
+        request, sse_keepalive_seconds=0.05, model_dirs=[str(fim_model_path.parent)]
+    )
 
 
 async def test_a_client_that_leaves_mid_stream_frees_the_sequence(

@@ -23,8 +23,8 @@ def short_retention(tmp_path: Path) -> Iterator[LiveServer]:
             "task_retention_seconds": 4,
             "purge_interval_seconds": 0.2,
             "max_queued_tasks": 1,
-            "parallel": 1,
-        }
+        },
+        "LocalEngine": {"parallel_requests": 1},
     }
     with running_server(tmp_path, config=config) as server:
         yield server

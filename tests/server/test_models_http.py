@@ -61,7 +61,8 @@ def server(
         {"name": "writer", "sha256": hash_token(WRITER_TOKEN), "scopes": ["models:write"]},
     ]
     config = {
-        "LmspApp": {"tokens": tokens, "context_size": CONTEXT, "parallel": PARALLEL},
+        "LmspApp": {"tokens": tokens},
+        "LocalEngine": {"context_size": CONTEXT, "parallel_requests": PARALLEL},
         "ModelManager": {
             "keep_alive_seconds": -1,
             "memory_budget_bytes": int(1.5 * model_footprint()),

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.server.app import LmspApp
 from lmsp_jupyter.server.reference import reference
@@ -27,25 +28,25 @@ def test_the_module_prints_the_reference() -> None:
     assert printed.stdout == reference()
 
 
-def test_every_configurable_trait_of_lmspapp_has_a_section_with_its_help() -> None:
+def test_every_configurable_trait_has_one_section_with_its_help() -> None:
     page = reference()
-    traits = LmspApp.class_own_traits(config=True)
-    assert page.count("\n## `LmspApp.") == len(traits) == 31
-    assert "## `LmspApp.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
+    for cls, count in ((LmspApp, 23), (LocalEngine, 5), (ModelManager, 3)):
+        own = cls.class_own_traits(config=True, moved_to=None)
+        assert page.count(f"\n## `{cls.__name__}.") == len(own) == count
+    assert "## `LocalEngine.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
     assert "- Default: the number of CPU cores (`os.cpu_count()`)" in page
     assert "'sha256': '&lt;hex SHA-256 of the token>'" in page
-
-
-def test_the_managers_traits_default_to_the_apps_and_the_computed_budget_is_described() -> None:
-    page = reference()
-    traits = ModelManager.class_own_traits(config=True)
-    assert page.count("\n## `ModelManager.") == len(traits) == 3
-    assert "## `LmspApp.keep_alive_seconds`\n\n- Type: `Float`\n- Default: `300.0`\n\n" in page
     assert (
-        "## `ModelManager.keep_alive_seconds`\n\n- Type: `Float`\n"
-        "- Default: `LmspApp.keep_alive_seconds`\n\n"
-    ) in page
-    assert (
-        "## `LmspApp.memory_budget_bytes`\n\n- Type: `Int`\n"
+        "## `ModelManager.memory_budget_bytes`\n\n- Type: `Int`\n"
         "- Default: 50% of the machine's physical RAM\n"
     ) in page
+
+
+def test_the_old_names_are_listed_once_with_the_name_to_set() -> None:
+    page = reference()
+    moved = LmspApp.class_own_traits(moved_to=lambda new: new is not None)
+    assert len(moved) == 9
+    for name, trait in moved.items():
+        assert f"\n## `LmspApp.{name}`" not in page
+        assert page.count(f"`LmspApp.{name}`") == 1
+        assert f"- `LmspApp.{name}`: set `{trait.metadata['moved_to']}`" in page

@@ -1,10 +1,10 @@
-"""Settings reach the objects that use them: the model manager's, spelt either way.
+"""Settings reach the objects that use them, and their old names on ``LmspApp`` still work.
 
-``LmspApp.keep_alive_seconds`` (and ``max_loaded_models``, ``memory_budget_bytes``) are the
-user-facing settings; the model manager's traits of the same name default to them, and one set
-on the manager itself wins, as jupyter-server's ``FileContentsManager.root_dir`` defaults to
-``ServerApp.root_dir``. Each test starts a Jupyter server (pytest-jupyter, in this process) with
-its own command line.
+The model manager's settings (``ModelManager.keep_alive_seconds``, ...) and the local engine's
+(``LocalEngine.context_size``, ...) are their own traits, as jupyter-server's contents manager's
+are; the names they had on ``LmspApp`` are honoured with a warning, and the new name wins when
+both are set. Each test starts a Jupyter server (pytest-jupyter, in this process) with its own
+command line.
 """
 
 from __future__ import annotations
@@ -15,20 +15,28 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from traitlets.config import Config
 
-from lmsp_jupyter.client import MODEL_VARIABLE
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
+from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
     DEFAULT_MAX_LOADED_MODELS,
     ModelManager,
     default_memory_budget,
 )
-from tests.server.helpers import lmsp_app
+from lmsp_jupyter.protocol.environment import MODEL_VARIABLE
+from tests.server.helpers import lmsp_app, server_config
 
 SETTINGS = ("keep_alive_seconds", "max_loaded_models", "memory_budget_bytes")
-APP = {"keep_alive_seconds": 1000.0, "max_loaded_models": 5, "memory_budget_bytes": 7 * 10**9}
+OLD = {"keep_alive_seconds": 1000.0, "max_loaded_models": 5, "memory_budget_bytes": 7 * 10**9}
 MANAGER = {"keep_alive_seconds": 2000.0, "max_loaded_models": 6, "memory_budget_bytes": 8 * 10**9}
+
+
+@pytest.fixture
+def jp_server_config(request: pytest.FixtureRequest) -> Config:
+    """The suite's server config without its quick SSE keep-alive: this module sets it."""
+    return server_config(request)
 
 
 def flags(owner: str, values: dict[str, Any]) -> list[str]:
@@ -40,19 +48,31 @@ def manager_settings(serverapp: Any) -> dict[str, Any]:
     return {name: getattr(manager, name) for name in SETTINGS}
 
 
-@pytest.mark.parametrize("jp_argv", [flags("LmspApp", APP)])
-def test_the_apps_settings_reach_the_manager(jp_serverapp: Any) -> None:
-    assert manager_settings(jp_serverapp) == APP
-    assert {name: getattr(lmsp_app(jp_serverapp), name) for name in SETTINGS} == APP
+def engine_settings(serverapp: Any) -> EngineSettings:
+    local = lmsp_app(serverapp).engine.local
+    assert isinstance(local, LocalEngine)
+    return local.settings
 
 
 @pytest.mark.parametrize("jp_argv", [flags("ModelManager", MANAGER)])
-def test_the_managers_own_settings_work_alone(jp_serverapp: Any) -> None:
+def test_the_managers_settings_are_its_own(jp_serverapp: Any) -> None:
     assert manager_settings(jp_serverapp) == MANAGER
 
 
-@pytest.mark.parametrize("jp_argv", [flags("LmspApp", APP) + flags("ModelManager", MANAGER)])
-def test_the_managers_own_settings_win_over_the_apps(jp_serverapp: Any) -> None:
+@pytest.mark.parametrize("jp_argv", [flags("LmspApp", OLD)])
+def test_the_old_names_on_the_app_reach_the_manager_with_a_warning(
+    capfd: pytest.CaptureFixture[str], jp_serverapp: Any
+) -> None:
+    assert manager_settings(jp_serverapp) == OLD
+    log = capfd.readouterr().err  # the server's log, since before it started
+    for name in SETTINGS:
+        assert (
+            f"LmspApp.{name} is deprecated and goes in the next release: set ModelManager.{name}"
+        ) in log
+
+
+@pytest.mark.parametrize("jp_argv", [flags("LmspApp", OLD) + flags("ModelManager", MANAGER)])
+def test_the_new_names_win_over_the_old(jp_serverapp: Any) -> None:
     assert manager_settings(jp_serverapp) == MANAGER
 
 
@@ -73,6 +93,7 @@ def test_unset_the_defaults_are_the_documented_ones(jp_serverapp: Any) -> None:
         "max_loaded_models": DEFAULT_MAX_LOADED_MODELS,
         "memory_budget_bytes": default_memory_budget(),
     }
+    assert engine_settings(jp_serverapp) == EngineSettings()
 
 
 def test_a_manager_without_an_app_has_the_same_defaults() -> None:
@@ -85,8 +106,45 @@ def test_a_manager_without_an_app_has_the_same_defaults() -> None:
 
 
 @pytest.mark.parametrize(
+    "jp_argv",
+    [
+        [
+            "--LocalEngine.context_size=1024",
+            "--LocalEngine.parallel_requests=3",
+            "--LmspApp.batch_size=64",  # an old name
+            "--LmspApp.threads=5",
+            "--LocalEngine.threads=2",  # wins over the old name
+            "--LmspApp.speculation=False",
+        ]
+    ],
+)
+def test_the_engines_settings_are_its_own_and_old_names_still_work(jp_serverapp: Any) -> None:
+    assert engine_settings(jp_serverapp) == EngineSettings(
+        context_size=1024, threads=2, batch_size=64, parallel=3, speculation=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("jp_argv", "seconds"),
+    [
+        (["--LmspApp.sse_keepalive_seconds=7"], 7.0),
+        (["--LmspApp.keepalive_seconds=8"], 8.0),
+        (["--LmspApp.keepalive_seconds=8", "--LmspApp.sse_keepalive_seconds=7"], 7.0),
+    ],
+)
+def test_the_sse_keepalive_has_a_name_apart_from_the_models_keep_alive(
+    jp_serverapp: Any, seconds: float
+) -> None:
+    app = lmsp_app(jp_serverapp)
+    assert app.sse_keepalive_seconds == seconds
+    assert app.settings["lmsp_keepalive_seconds"] == seconds
+    assert app.model_manager.keep_alive_seconds == DEFAULT_KEEP_ALIVE_SECONDS
+
+
+@pytest.mark.parametrize(
     ("jp_argv", "keep_alive"),
     [
+        (["--ModelManager.keep_alive_seconds=1000"], 1000),
         (["--LmspApp.keep_alive_seconds=1000"], 1000),
         (["--LmspApp.keep_alive_seconds=1000", "--ModelManager.keep_alive_seconds=2000"], 2000),
     ],

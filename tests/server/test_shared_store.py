@@ -60,7 +60,10 @@ def _model(bundled_model_path: Path) -> None:
 @contextlib.contextmanager
 def shared(tmp_path: Path, name: str) -> Iterator[LiveServer]:
     """A server named ``name`` on the store every server of ``tmp_path`` shares; one model slot."""
-    config = {"LmspApp": {"store_path": str(store_of(tmp_path)), "parallel": 1, **LEASE}}
+    config = {
+        "LmspApp": {"store_path": str(store_of(tmp_path)), **LEASE},
+        "LocalEngine": {"parallel_requests": 1},
+    }
     server = start_server(tmp_path / name, config=config)
     try:
         yield server

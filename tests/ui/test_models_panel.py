@@ -47,7 +47,8 @@ def lab(
     shutil.copyfile(bundled_model_path, models / f"{COPY}.gguf")
     dirs = [str(models), str(missing_dir), str(empty_dir)]
     config = {
-        "LmspApp": {"model_dirs": dirs, "context_size": 2048},
+        "LmspApp": {"model_dirs": dirs},
+        "LocalEngine": {"context_size": 2048},
         "ModelManager": {"keep_alive_seconds": KEEP_ALIVE_SECONDS},
     }
     server = start_lab(tmp_path_factory.mktemp("lab-models"), lab_extension=True, config=config)

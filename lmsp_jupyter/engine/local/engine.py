@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from traitlets import Bool, Int
 from traitlets.config import LoggingConfigurable
 
 from ..backend import Messages, OutputSchema, Tools
@@ -46,7 +47,8 @@ log = logging.getLogger(__name__)
 #: (the bundled model at 8192 tokens, ``benchmarks/model_memory.py``: 1,155 MB resident with 4,
 #: 1,767 MB with 8; an 8B model takes about 1 GB a sequence), while 8 slots raise the aggregate
 #: rate of 8 streams by a fifth on 2 cores (``benchmarks/serving.py``), as llama-server's own
-#: default of 4 slots assumes too; a server with more memory raises ``LmspApp.parallel``.
+#: default of 4 slots assumes too; a server with more memory raises
+#: ``LocalEngine.parallel_requests``.
 DEFAULT_PARALLEL = 4
 
 
@@ -62,6 +64,10 @@ class EngineSettings:
     #: Whether sequences verify drafted tokens (predicted, or from their context) in one pass;
     #: the text is the same either way.
     speculation: bool = True
+
+
+#: The settings' defaults, which the traits of :class:`LocalEngine` offer.
+_DEFAULTS = EngineSettings()
 
 
 class _Tokenizing:
@@ -128,14 +134,56 @@ def context_length(entry: ModelEntry, settings: EngineSettings) -> int:
 class LocalEngine(LoggingConfigurable):
     """Runs models: renders prompts, tokenizes, and generates on per-model worker threads.
 
-    The default ``LmspApp.engine_class``: the app builds it as
-    ``LocalEngine(settings, parent=app)``.
+    The default ``LmspApp.engine_class``: the app builds it as ``LocalEngine(parent=app)``, and
+    it reads its settings (its traits) from the Jupyter config.
     """
 
+    context_size = Int(
+        _DEFAULTS.context_size,
+        help="Context window in tokens given to each loaded model, capped by what the model "
+        "was trained for. 0: the model's full trained context.",
+    ).tag(config=True)
+
+    threads = Int(
+        _DEFAULTS.threads,
+        help="CPU threads llama.cpp uses per model, for prompts and generation alike (and "
+        "for embeddings). Default: every core (llama-cpp-python's own default, half of them, "
+        "is slower).",
+    ).tag(config=True)
+
+    batch_size = Int(
+        _DEFAULTS.batch_size,
+        help="Most tokens one step of a model evaluates: the running requests' next tokens "
+        "and chunks of new prompts (while requests stream, prompts take at most 32 a step).",
+    ).tag(config=True)
+
+    parallel_requests = Int(
+        _DEFAULTS.parallel,
+        help="Requests one model generates at once, direct requests and tasks alike, in one "
+        "batch per step; more wait in line. Each has a KV cache of context_size tokens (and "
+        "one more for padding), which a finished request leaves for the next with its prefix.",
+    ).tag(config=True)
+
+    speculation = Bool(
+        _DEFAULTS.speculation,
+        help="Whether local models verify guessed tokens in one pass: what followed the "
+        "latest earlier occurrence of the answer's last tokens in its prompt and answer, or "
+        "the text a request predicts (Chat Completions' prediction). The text is the same, "
+        "greedy or seeded; a request guesses only while its guesses pay for the pass, and may "
+        'turn it off with extensions["x-lmsp-jupyter"]["speculation"] = false.',
+    ).tag(config=True)
+
     def __init__(self, settings: EngineSettings | None = None, **kwargs: Any) -> None:
-        """Run models with ``settings``; ``kwargs`` are ``parent``, ``config`` and ``log``."""
+        """Run models with ``settings``, by default those of its traits; ``kwargs`` are
+        ``parent``, ``config``, ``log`` and traits."""
         super().__init__(**kwargs)
-        self.settings = settings or EngineSettings()
+        self.settings = settings or EngineSettings(
+            context_size=self.context_size,
+            threads=self.threads,
+            batch_size=self.batch_size,
+            parallel=self.parallel_requests,
+            speculation=self.speculation,
+        )
         self._inexact = prepare_llama_cpp()
         self._workers: dict[str, ModelWorker] = {}
         self._tokenizers: dict[str, _Tokenizing] = {}
