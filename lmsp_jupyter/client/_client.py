@@ -183,27 +183,25 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
         self.close()
 
     def _call(self, call: Call[T]) -> T:
-        try:
+        with _wire.reaching(self._base_url):
             reply = self._http.request(
                 call.method, call.path, json=call.body, headers=call.headers, params=call.params
             )
-        except httpx.TransportError as error:
-            raise _wire.unreachable(self._base_url, error) from error
         return _wire.read_reply(reply, call.read)
 
     def _chunks(self, call: Call[None]) -> Iterator[TextCompletion]:
-        try:
-            with self._http.stream(call.method, call.path, json=call.body) as reply:
-                if reply.is_error:
-                    reply.read()
-                    raise _wire.problem_error(reply)
-                reader = _wire.CompletionReader()
-                for data in reply.iter_bytes():
-                    yield from reader.feed(data)
-                    if reader.done:
-                        return
-        except httpx.TransportError as error:
-            raise _wire.unreachable(self._base_url, error) from error
+        with (
+            _wire.reaching(self._base_url),
+            self._http.stream(call.method, call.path, json=call.body) as reply,
+        ):
+            if reply.is_error:
+                reply.read()
+                raise _wire.problem_error(reply)
+            reader = _wire.CompletionReader()
+            for data in reply.iter_bytes():
+                yield from reader.feed(data)
+                if reader.done:
+                    return
         raise ProtocolViolation("the completion stream ended before [DONE]")
 
     def _follow(self, follower: EventFollower) -> Iterator[ResponseEvent]:
@@ -338,16 +336,14 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
         await self.close()
 
     async def _call(self, call: Call[T]) -> T:
-        try:
+        with _wire.reaching(self._base_url):
             reply = await self._http.request(
                 call.method, call.path, json=call.body, headers=call.headers, params=call.params
             )
-        except httpx.TransportError as error:
-            raise _wire.unreachable(self._base_url, error) from error
         return _wire.read_reply(reply, call.read)
 
     async def _chunks(self, call: Call[None]) -> AsyncIterator[TextCompletion]:
-        try:
+        with _wire.reaching(self._base_url):
             async with self._http.stream(call.method, call.path, json=call.body) as reply:
                 if reply.is_error:
                     await reply.aread()
@@ -358,8 +354,6 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
                         yield chunk
                     if reader.done:
                         return
-        except httpx.TransportError as error:
-            raise _wire.unreachable(self._base_url, error) from error
         raise ProtocolViolation("the completion stream ended before [DONE]")
 
     async def _follow(self, follower: EventFollower) -> AsyncIterator[ResponseEvent]:

@@ -6,7 +6,8 @@ The two client classes only do I/O; deciding what to send and what came back is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -207,6 +208,15 @@ def problem_error(reply: httpx.Response) -> ProblemError | ProtocolViolation:
 def unreachable(url: httpx.URL | str, error: httpx.TransportError) -> ServiceUnreachable:
     """The exception of a transport failure."""
     return ServiceUnreachable(f"{url}: {type(error).__name__}: {error}")
+
+
+@contextmanager
+def reaching(url: httpx.URL | str) -> Iterator[None]:
+    """Inside, a transport failure talking to ``url`` is :class:`ServiceUnreachable`."""
+    try:
+        yield
+    except httpx.TransportError as error:
+        raise unreachable(url, error) from error
 
 
 def _model(model: type[M]) -> Callable[[httpx.Response], M]:

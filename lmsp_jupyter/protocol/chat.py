@@ -274,10 +274,8 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
     )
 
 
-def chat_param(chat: ChatCompletionRequest, param: str | None) -> str | None:
+def chat_param(chat: ChatCompletionRequest, param: str) -> str:
     """A field of the response request that ``chat`` became, named as ``chat`` names it."""
-    if param is None:
-        return None
     if param == "max_output_tokens":
         return "max_tokens" if chat.max_completion_tokens is None else "max_completion_tokens"
     if param.startswith("input"):

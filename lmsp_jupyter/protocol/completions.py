@@ -105,11 +105,11 @@ def as_response_request(completion: CompletionRequest) -> ResponseRequest:
     )
 
 
-def completion_param(param: str | None) -> str | None:
+def completion_param(param: str) -> str:
     """A field of the response request a completion became, named as the completion names it."""
     if param == "max_output_tokens":
         return "max_tokens"
-    if param is not None and param.startswith("input"):
+    if param.startswith("input"):
         return "prompt"
     return param
 

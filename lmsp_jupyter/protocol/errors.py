@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -104,6 +105,13 @@ class LmspError(Exception):
         self.replayed = replayed
         self.headers = headers or {}
         self.extra = extra
+
+    def rename_param(self, rename: Callable[[str], str]) -> None:
+        """Name the field at fault as ``rename`` names it: a field of the request that a
+        client's request became, as the client's request names it (a chat's ``messages``, a
+        task's ``request.input``)."""
+        if self.param is not None:
+            self.param = rename(self.param)
 
     @property
     def status(self) -> int:

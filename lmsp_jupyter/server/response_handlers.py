@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -184,7 +185,7 @@ class ChatCompletionsHandler(_CreatingHandler):
         try:
             run = await self.service.start(as_response_request(chat), self.principal.owner)
         except LmspError as error:  # name the field as the chat request calls it
-            error.param = chat_param(chat, error.param)
+            error.rename_param(functools.partial(chat_param, chat))
             raise
         if not chat.stream:
             return 200, chat_completion(await self.service.complete(run)).model_dump_json()
@@ -218,7 +219,7 @@ class CompletionsHandler(_CreatingHandler):
                 request, completion.text, completion.suffix, self.principal.owner, priority=True
             )
         except LmspError as error:  # name the field as the completion request calls it
-            error.param = completion_param(error.param)
+            error.rename_param(completion_param)
             raise
         if not completion.stream:
             response = await self.service.complete(run)

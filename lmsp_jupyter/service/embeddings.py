@@ -9,6 +9,7 @@ from ..engine.catalog import ModelEntry
 from ..engine.embedding import Embedders, InputTooLong
 from ..engine.generation import EngineError
 from ..protocol.errors import LmspError
+from .engine_errors import engine_problem
 from .models import ModelDirectory
 
 
@@ -45,7 +46,7 @@ class EmbeddingService:
             where = f"{param}[{exc.index}]" if len(texts) > 1 else param
             raise LmspError("context_length_exceeded", str(exc), param=where) from None
         except EngineError as exc:
-            raise LmspError("generation_failed", str(exc)) from None
+            raise engine_problem(exc) from None
         return Embeddings(vectors, tokens)
 
     def close(self) -> None:

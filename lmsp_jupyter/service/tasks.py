@@ -118,8 +118,7 @@ class TaskService:
             keep = None if then is None else lambda db, task, _response: then(db, task)
             return await self.submit(request, owner, keep)
         except LmspError as error:  # name the field as the client sent it, inside "request"
-            if error.param is not None:
-                error.param = f"request.{error.param}"
+            error.rename_param(lambda param: f"request.{param}")
             raise
 
     async def submit(
