@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import get_args
 
-from .. import __version__
+from .._version import __version__
 from ..protocol.errors import LmspError
 from ..protocol.models import AuthInfo, Capability, ServiceDocument, ServiceInfo
 from .auth import JUPYTER_SCOPES

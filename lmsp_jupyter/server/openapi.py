@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
-from .. import __version__
+from .._version import __version__
 from .base import LmspHandler
 from .components import (
     ERROR_STATUSES,

@@ -1,6 +1,6 @@
 """What an operation of ``/lmsp/v1`` is, as its handler declares it for the OpenAPI document.
 
-Each handler of :data:`lmsp_jupyter.server.handlers.default_handlers` names its operations in
+Each handler of :data:`lmsp_jupyter.server.routes.default_handlers` names its operations in
 ``operations`` (verb → :class:`Operation`): the one place for an operation's id, summary, scope,
 parameters, body and replies. :mod:`lmsp_jupyter.server.openapi` walks the routes and reads them.
 """
