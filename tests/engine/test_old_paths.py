@@ -32,7 +32,7 @@ def test_an_old_path_is_the_new_module_with_a_warning(
 
 def test_the_old_class_name_is_the_local_engine_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="Engine is now LocalEngine"):
-        assert local_engine.Engine is LocalEngine
+        assert local_engine.Engine is LocalEngine  # type: ignore[attr-defined]
 
 
 def test_the_remote_engine_imports_from_its_package_as_before() -> None:
