@@ -54,11 +54,10 @@ from ..service.store import (
     now,
 )
 from ..service.tasks import TaskService
-from . import ollama_handlers
 from .auth import ScopedTokens
 from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
-from .routes import default_handlers
+from .routes import default_handlers, ollama_handlers
 from .sse import SLOW_CLIENT_SECONDS
 
 _Trait = TypeVar("_Trait", bound=TraitType[Any, Any])
@@ -446,7 +445,7 @@ class LmspApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
-        self.handlers.extend([*ollama_handlers.default_handlers, *default_handlers])
+        self.handlers.extend([*ollama_handlers, *default_handlers])
 
     async def stop_extension(self) -> None:
         """Stop the Ollama listener, the tasks, the purge and the model workers."""

@@ -319,25 +319,3 @@ class OllamaNotFoundHandler(OllamaHandler):
         raise LmspError("not_found", f"no Ollama endpoint at {self.request.path}")
 
     head = post = put = patch = delete = get
-
-
-#: What the opt-in listener offers: model listing and generation, nothing else.
-listener_handlers: list[tuple[str, type[OllamaHandler]]] = [
-    (r"/?", RootHandler),
-    (r"/api/version", VersionHandler),
-    (r"/api/tags", TagsHandler),
-    (r"/api/show", ShowHandler),
-    (r"/api/ps", PsHandler),
-    (r"/api/chat", ChatHandler),
-    (r"/api/generate", GenerateHandler),
-    (r"/api/embed", EmbedHandler),
-    (r"/api/embeddings", EmbeddingsHandler),
-    (r"(/.*)", OllamaNotFoundHandler),
-]
-
-#: Ollama's API on the Jupyter port, before LMSP's catch-all of ``/lmsp/``.
-default_handlers: list[tuple[str, type[OllamaHandler]]] = [
-    *[(OLLAMA_PREFIX + path, handler) for path, handler in listener_handlers[:-1]],
-    (OLLAMA_PREFIX + r"/api/(pull|push|create|copy|delete)", ModelStoreHandler),
-    (OLLAMA_PREFIX + r"(/.*)", OllamaNotFoundHandler),
-]

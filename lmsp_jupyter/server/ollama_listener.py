@@ -1,7 +1,7 @@
 """The opt-in Ollama-compatible listener (``LmspApp.ollama_address``), for tools that take only
 a host and a port and send no key.
 
-It serves :data:`.ollama_handlers.listener_handlers` (model listing and generation: no tasks,
+It serves :data:`.routes.ollama_listener_handlers` (model listing and generation: no tasks,
 no model loading or unloading, no admin) on its own port. On a loopback address it asks for no
 token, and so refuses what a web page could send it: a ``Host`` that is not a loopback name
 (DNS rebinding) or an ``Origin`` that is not a loopback one. On any other address it needs the
@@ -26,7 +26,8 @@ from tornado.web import Application
 from ..protocol.errors import LmspError
 from ..protocol.models import Scope
 from .auth import JUPYTER_USER, Principal, ScopedTokens, bearer_token
-from .ollama_handlers import GUARD_SETTING, listener_handlers
+from .ollama_handlers import GUARD_SETTING
+from .routes import ollama_listener_handlers
 
 #: What a request on the loopback listener may do, without a token.
 LISTENER_SCOPES: frozenset[Scope] = frozenset({"models:read", "responses:write"})
@@ -133,7 +134,9 @@ class OllamaListener:
             token=self.token,
             tokens=settings["lmsp_tokens"],
         )
-        routes = [(pattern, handler, {"name": "lmsp"}) for pattern, handler in listener_handlers]
+        routes = [
+            (pattern, handler, {"name": "lmsp"}) for pattern, handler in ollama_listener_handlers
+        ]
         self._server = HTTPServer(Application(routes, **settings), xheaders=False)
         self._server.add_sockets(self._sockets)
         self.log.info(

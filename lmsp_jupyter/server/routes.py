@@ -1,13 +1,16 @@
-"""The route table of ``/lmsp/``: which handler serves which path.
+"""The route tables: which handler serves which path of LMSP and of Ollama's API.
 
-The handlers are in :mod:`.handlers` (the service document, OpenAPI, the catch-all),
+LMSP's handlers are in :mod:`.handlers` (the service document, OpenAPI, the catch-all),
 :mod:`.model_handlers`, :mod:`.response_handlers`, :mod:`.task_handlers` and
-:mod:`.embedding_handlers`; every handler declares its operations (:mod:`.operations`), and the
-OpenAPI document (:mod:`.openapi`) is built from this table.
+:mod:`.embedding_handlers`; every one declares its operations (:mod:`.operations`), and the
+OpenAPI document (:mod:`.openapi`) is built from :data:`default_handlers`. Ollama's are in
+:mod:`.ollama_handlers`, served on the Jupyter port and on the opt-in listener
+(:mod:`.ollama_listener`).
 """
 
 from __future__ import annotations
 
+from . import ollama_handlers as ollama
 from .base import LmspHandler
 from .embedding_handlers import EmbeddingsHandler
 from .handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
@@ -40,4 +43,25 @@ default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/tasks/([^/]+)/events", TaskEventsHandler),
     (r"/lmsp/v1/openapi.json", OpenApiHandler),
     (r"/lmsp(/.*)?", NotFoundHandler),
+]
+
+#: What the opt-in Ollama listener offers: model listing and generation, nothing else.
+ollama_listener_handlers: list[tuple[str, type[ollama.OllamaHandler]]] = [
+    (r"/?", ollama.RootHandler),
+    (r"/api/version", ollama.VersionHandler),
+    (r"/api/tags", ollama.TagsHandler),
+    (r"/api/show", ollama.ShowHandler),
+    (r"/api/ps", ollama.PsHandler),
+    (r"/api/chat", ollama.ChatHandler),
+    (r"/api/generate", ollama.GenerateHandler),
+    (r"/api/embed", ollama.EmbedHandler),
+    (r"/api/embeddings", ollama.EmbeddingsHandler),
+    (r"(/.*)", ollama.OllamaNotFoundHandler),
+]
+
+#: Ollama's API on the Jupyter port, mounted before LMSP's catch-all of ``/lmsp/``.
+ollama_handlers: list[tuple[str, type[ollama.OllamaHandler]]] = [
+    *[(ollama.OLLAMA_PREFIX + path, handler) for path, handler in ollama_listener_handlers[:-1]],
+    (ollama.OLLAMA_PREFIX + r"/api/(pull|push|create|copy|delete)", ollama.ModelStoreHandler),
+    (ollama.OLLAMA_PREFIX + r"(/.*)", ollama.OllamaNotFoundHandler),
 ]
