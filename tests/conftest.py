@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -19,7 +20,9 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
+from lmsp_jupyter.service.database import Database, open_store
 from tests.helpers import eventually
+from tests.postgres import PostgresServer, find_bin
 
 if TYPE_CHECKING:
     from tests.fresh_install import FreshInstall
@@ -58,6 +61,77 @@ def fim_model_path(tmp_path_factory: pytest.TempPathFactory, bundled_model_path:
 
     target = tmp_path_factory.mktemp("fim") / "model.gguf"
     return with_metadata(bundled_model_path, target, dict(zip(FIM_KEYS, FIM_IDS, strict=True)))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the tests' own (tests/postgres.py); skips the test when there is
+    none to start."""
+    found = find_bin()
+    if isinstance(found, str):
+        pytest.skip(found)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed: pip install -e '.[test]'")
+    try:
+        server = PostgresServer(found, free_port())
+        server.start()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        pytest.skip(f"PostgreSQL could not start: {exc} {detail.decode(errors='replace')}")
+    yield server
+    server.remove()
+
+
+#: The store backends a test marked with the ``store_kind`` fixture runs on.
+STORE_KINDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each store backend in turn."""
+    kind: str = request.param
+    return kind
+
+
+class Stores:
+    """New empty stores of one backend for a test, and the stores it opens on them (closed at
+    its end): two stores opened on one URL are what two processes sharing it have."""
+
+    def __init__(self, kind: str, directory: Path, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self._directory = directory
+        self._request = request
+        self._opened: list[Database] = []
+        self._numbers = itertools.count()
+
+    def new(self) -> str:
+        """The URL of a new empty store."""
+        if self.kind == "sqlite":
+            return f"sqlite:///{self._directory / f'store{next(self._numbers)}.sqlite3'}"
+        server: PostgresServer = self._request.getfixturevalue("postgres")
+        return server.new_database()
+
+    def open(self, url: str) -> Database:
+        """The store at ``url``, closed at the test's end."""
+        store = open_store(url)
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()
+
+
+@pytest.fixture
+def stores(
+    store_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stores]:
+    """New stores on each backend in turn (:class:`Stores`)."""
+    opened = Stores(store_kind, tmp_path_factory.mktemp("stores"), request)
+    yield opened
+    opened.close()
 
 
 def free_port() -> int:
