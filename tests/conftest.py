@@ -150,6 +150,8 @@ class LiveServer:
     token: str
     process: subprocess.Popen[bytes]
     root_dir: str
+    #: Its ``LmspApp.store_url`` when configured (``None``: its default store).
+    store_url: str | None = None
 
     @property
     def lmsp(self) -> str:
@@ -161,6 +163,11 @@ class LiveServer:
         """Where the service keeps its SQLite store unless configured otherwise (its Jupyter
         data directory, a sibling of its root directory)."""
         return Path(self.root_dir).parent / "data" / "lmsp" / "lmsp.sqlite3"
+
+    @property
+    def store(self) -> str:
+        """The URL of its store."""
+        return self.store_url or f"sqlite:///{self.default_store}"
 
     def client(self, *, token: str | None = None, **kwargs: object) -> httpx.Client:
         """An HTTP client sending ``token`` (default: the server's) as a Bearer token."""
@@ -245,20 +252,44 @@ def stop_server(server: LiveServer) -> None:
         server.process.wait()
 
 
-@pytest.fixture(scope="session")
-def live_server(
-    tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path
-) -> Iterator[LiveServer]:
-    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``, generating with
-    the bundled model."""
+def live_config(**lmsp: object) -> dict[str, object]:
+    """The live server's config, with ``lmsp`` settings of ``LmspApp`` added."""
     tokens = [
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
     ]
     # The line holds the load test's 200 connections (tests/server/test_load.py) instead of
     # refusing those beyond 64 with 503 overloaded.
-    config = {"LmspApp": {"tokens": tokens, "parallel": LIVE_PARALLEL, "max_queued_tasks": 256}}
-    with running_server(tmp_path_factory.mktemp("live"), config=config) as server:
+    settings = {"tokens": tokens, "parallel": LIVE_PARALLEL, "max_queued_tasks": 256, **lmsp}
+    return {"LmspApp": settings}
+
+
+@pytest.fixture(scope="session")
+def live_server(
+    tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path
+) -> Iterator[LiveServer]:
+    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``, generating with
+    the bundled model."""
+    with running_server(tmp_path_factory.mktemp("live"), config=live_config()) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def live_server_on(
+    store_kind: str,
+    session_server: LiveServer,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LiveServer]:
+    """The session's live server (SQLite), or one like it on a new PostgreSQL database: a
+    module's tests run on each store by overriding ``live_server`` with this."""
+    if store_kind == "sqlite":
+        yield session_server
+        return
+    url = request.getfixturevalue("postgres").new_database()
+    tmp = tmp_path_factory.mktemp("live-postgresql")
+    with running_server(tmp, config=live_config(store_url=url)) as server:
+        server.store_url = url
         yield server
 
 

@@ -241,16 +241,19 @@ def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
             ),
         ]
         eventually(
-            lambda: claimed_keys(store) == {"killed-sync", "killed-stream"}, what="both keys"
+            lambda: claimed_keys(f"sqlite:///{store}") == {"killed-sync", "killed-stream"},
+            what="both keys",
         )
         server.process.send_signal(signal.SIGKILL)
         server.process.wait()
         for reply in replies:
             with pytest.raises(httpx.TransportError):
                 reply.result()
-    assert claimed_keys(store) == {"killed-sync", "killed-stream"}
+    assert claimed_keys(f"sqlite:///{store}") == {"killed-sync", "killed-stream"}
     with running_server(tmp_path / "second", config=config) as again, again.client() as client:
-        eventually(lambda: not claimed_keys(store), what="the killed server's keys freed")
+        eventually(
+            lambda: not claimed_keys(f"sqlite:///{store}"), what="the killed server's keys freed"
+        )
         short = {**body, "max_output_tokens": 2}
         response = client.post("/responses", json=short, headers=keys["sync"])
         assert response.status_code == 200, response.text
