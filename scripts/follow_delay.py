@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmsp_jupyter.service.database import open_store
+from lmsp_jupyter.service.store import StoredEvent
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL, free_port
 from tests.doubles import ScriptedEngine
@@ -33,7 +34,11 @@ OWNER = "jupyter"
 
 async def arrivals(tasks: TaskService, task_id: str) -> dict[int, float]:
     """When each event of the task reached a follower on ``tasks``."""
-    return {event.id: time.perf_counter() async for event in tasks.follow(task_id, OWNER, 0)}
+    seen: dict[int, float] = {}
+    async for event in tasks.follow(task_id, OWNER, 0):
+        assert isinstance(event, StoredEvent), event  # no interruption
+        seen[event.id] = time.perf_counter()
+    return seen
 
 
 async def measure(url: str, events: int, interval: float, poll: float) -> list[float]:
@@ -43,7 +48,7 @@ async def measure(url: str, events: int, interval: float, poll: float) -> list[f
         _, owner = services(ScriptedEngine(deltas=["a"] * events, delay=interval), owner_store)
         _, other = services(ScriptedEngine(deltas=["a"]), other_store)
         other.follow_poll_seconds = poll
-        body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
+        body: dict[str, object] = {"type": "response", "request": {"model": MODEL, "input": "x"}}
         task = await owner.create(body, OWNER)
         live, polled = await asyncio.gather(arrivals(owner, task.id), arrivals(other, task.id))
         assert list(polled) == list(live), "an event lost or duplicated"
