@@ -225,18 +225,27 @@ async def test_a_server_whose_lease_lapsed_stops_a_task_another_server_failed(
     assert (await wait_final(stalled, again.id)).status == "cancelled"
 
 
-async def test_another_servers_running_task_is_followed_live_from_the_store(
-    stores: Stores,
-) -> None:
+async def running_elsewhere(
+    stores: Stores, *, deltas: int, delay: float
+) -> tuple[TaskService, TaskService, Task]:
+    """Two servers on one new store, and a task running on the first, three events in as the
+    second reads it."""
     url = stores.new()
-    running = server(stores.open(url), deltas=20, delay=0.05)
-    reader = server(stores.open(url))
+    running = server(stores.open(url), deltas=deltas, delay=delay)
+    other = server(stores.open(url))
     task = await running.create(BODY, OWNER)
 
     async def started() -> bool:
-        return reader.get(task.id, OWNER).last_event_id >= 3
+        return other.get(task.id, OWNER).last_event_id >= 3
 
     await eventually_async(started, what="the task running")
+    return running, other, task
+
+
+async def test_another_servers_running_task_is_followed_live_from_the_store(
+    stores: Stores,
+) -> None:
+    running, reader, task = await running_elsewhere(stores, deltas=20, delay=0.05)
     response = reader.response(task.response_id, OWNER)
     assert (response.id, response.status, response.model) == (
         task.response_id,
@@ -255,15 +264,7 @@ async def test_another_servers_running_task_is_followed_live_from_the_store(
 
 
 async def test_a_task_is_cancelled_from_another_server(stores: Stores) -> None:
-    url = stores.new()
-    running = server(stores.open(url), deltas=5000, delay=0.01)
-    other = server(stores.open(url))
-    task = await running.create(BODY, OWNER)
-
-    async def started() -> bool:
-        return other.get(task.id, OWNER).last_event_id >= 3
-
-    await eventually_async(started, what="the task running")
+    running, other, task = await running_elsewhere(stores, deltas=5000, delay=0.01)
     follower = asyncio.create_task(follow_all(other, task.id))
     assert other.cancel(task.id, OWNER).status == "in_progress"  # asked; its server stops it
     done = await wait_final(other, task.id)
