@@ -89,8 +89,12 @@ def open_store(url: str) -> Database:
 
         return Store(Path(url.removeprefix("sqlite:///")).expanduser())
     if scheme in ("postgresql", "postgres"):
-        from .postgres import PostgresStore
-
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise ValueError(
+                f"a PostgreSQL store needs psycopg ({exc}): pip install 'lmsp-jupyter[postgresql]'"
+            ) from None
         return PostgresStore(url)
     raise ValueError(f"unknown store URL scheme {scheme!r}: use sqlite:/// or postgresql://")
 
