@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from lmsp_jupyter.service.database import masked, open_store
-from lmsp_jupyter.service.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
     FinalState,
@@ -46,7 +45,12 @@ def test_reopening_keeps_the_data_and_runs_no_migration_twice(stores: Stores) ->
     url = stores.new()
     tasks = TaskRecords(stores.open(url))
     version = tasks.store.schema_version
-    assert version == len(MIGRATIONS if stores.kind == "sqlite" else POSTGRES_MIGRATIONS)
+    if stores.kind == "sqlite":
+        assert version == len(MIGRATIONS)
+    else:
+        from lmsp_jupyter.service.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
+
+        assert version == len(POSTGRES_MIGRATIONS)
     tasks.insert(**TASK)
     reopened = TaskRecords(stores.open(url))
     assert reopened.store.schema_version == version
