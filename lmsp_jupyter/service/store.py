@@ -4,12 +4,12 @@ the SQLite store that keeps them in one file.
 The record classes write through any :class:`.database.Database`: this SQLite file or a
 PostgreSQL database (:mod:`.postgres`).
 
-One connection per thread that uses it; WAL lets the background purge run beside the
-requests, and several servers of one user share one file (every write waits its turn, up to
-the busy timeout). Each event is committed before anyone is sent it, so a killed process loses
-none that a client saw.
+The SQLite store has one connection per thread that uses it; WAL lets the background purge run
+beside the requests, and several servers of one user share one file (every write waits its
+turn, up to the busy timeout). Each event is committed before anyone is sent it, so a killed
+process loses none that a client saw.
 
-Each serving process holds a lease in the file that it renews while it lives; the tasks it runs
+Each serving process holds a lease in the store that it renews while it lives; the tasks it runs
 and the idempotency keys it has in flight name it as their holder. What a process whose lease
 has lapsed held is ended by whichever process finds it (:meth:`LeaseRecords.end_gone`); every
 rule of who is alive is in :class:`LeaseRecords` and :func:`_gone`.
