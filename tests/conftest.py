@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -19,7 +20,9 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
+from lmsp_jupyter.service.database import Database, open_store
 from tests.helpers import eventually
+from tests.postgres import PostgresServer, find_bin
 
 if TYPE_CHECKING:
     from tests.system.fresh_install import FreshInstall
@@ -60,6 +63,77 @@ def fim_model_path(tmp_path_factory: pytest.TempPathFactory, bundled_model_path:
     return with_metadata(bundled_model_path, target, dict(zip(FIM_KEYS, FIM_IDS, strict=True)))
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the tests' own (tests/postgres.py); skips the test when there is
+    none to start."""
+    found = find_bin()
+    if isinstance(found, str):
+        pytest.skip(found)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed: pip install -e '.[test]'")
+    try:
+        server = PostgresServer(found, free_port())
+        server.start()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        pytest.skip(f"PostgreSQL could not start: {exc} {detail.decode(errors='replace')}")
+    yield server
+    server.remove()
+
+
+#: The store backends a test marked with the ``store_kind`` fixture runs on.
+STORE_KINDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each store backend in turn."""
+    kind: str = request.param
+    return kind
+
+
+class Stores:
+    """New empty stores of one backend for a test, and the stores it opens on them (closed at
+    its end): two stores opened on one URL are what two processes sharing it have."""
+
+    def __init__(self, kind: str, directory: Path, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self._directory = directory
+        self._request = request
+        self._opened: list[Database] = []
+        self._numbers = itertools.count()
+
+    def new(self) -> str:
+        """The URL of a new empty store."""
+        if self.kind == "sqlite":
+            return f"sqlite:///{self._directory / f'store{next(self._numbers)}.sqlite3'}"
+        server: PostgresServer = self._request.getfixturevalue("postgres")
+        return server.new_database()
+
+    def open(self, url: str) -> Database:
+        """The store at ``url``, closed at the test's end."""
+        store = open_store(url)
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()
+
+
+@pytest.fixture
+def stores(
+    store_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stores]:
+    """New stores on each backend in turn (:class:`Stores`)."""
+    opened = Stores(store_kind, tmp_path_factory.mktemp("stores"), request)
+    yield opened
+    opened.close()
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket() as sock:
@@ -76,6 +150,8 @@ class LiveServer:
     token: str
     process: subprocess.Popen[bytes]
     root_dir: str
+    #: Its ``LmspApp.store_url`` when configured (``None``: its default store).
+    store_url: str | None = None
 
     @property
     def lmsp(self) -> str:
@@ -87,6 +163,11 @@ class LiveServer:
         """Where the service keeps its SQLite store unless configured otherwise (its Jupyter
         data directory, a sibling of its root directory)."""
         return Path(self.root_dir).parent / "data" / "lmsp" / "lmsp.sqlite3"
+
+    @property
+    def store(self) -> str:
+        """The URL of its store."""
+        return self.store_url or f"sqlite:///{self.default_store}"
 
     def client(self, *, token: str | None = None, **kwargs: object) -> httpx.Client:
         """An HTTP client sending ``token`` (default: the server's) as a Bearer token."""
@@ -171,23 +252,46 @@ def stop_server(server: LiveServer) -> None:
         server.process.wait()
 
 
-@pytest.fixture(scope="session")
-def live_server(
-    tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path
-) -> Iterator[LiveServer]:
-    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``, generating with
-    the bundled model."""
+def live_config(**lmsp: object) -> dict[str, object]:
+    """The live server's config, with ``lmsp`` settings of ``LmspApp`` added."""
     tokens = [
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
     ]
     # The line holds the load test's 200 connections (tests/system/test_load.py) instead of
     # refusing those beyond 64 with 503 overloaded.
-    config = {
-        "LmspApp": {"tokens": tokens, "max_queued_tasks": 256},
+    return {
+        "LmspApp": {"tokens": tokens, "max_queued_tasks": 256, **lmsp},
         "LocalEngine": {"parallel_requests": LIVE_PARALLEL},
     }
-    with running_server(tmp_path_factory.mktemp("live"), config=config) as server:
+
+
+@pytest.fixture(scope="session")
+def live_server(
+    tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path
+) -> Iterator[LiveServer]:
+    """One ``jupyter server`` for the session, mounted under base_url ``/jp/``, generating with
+    the bundled model."""
+    with running_server(tmp_path_factory.mktemp("live"), config=live_config()) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def live_server_on(
+    store_kind: str,
+    session_server: LiveServer,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LiveServer]:
+    """The session's live server (SQLite), or one like it on a new PostgreSQL database: a
+    module's tests run on each store by overriding ``live_server`` with this."""
+    if store_kind == "sqlite":
+        yield session_server
+        return
+    url = request.getfixturevalue("postgres").new_database()
+    tmp = tmp_path_factory.mktemp("live-postgresql")
+    with running_server(tmp, config=live_config(store_url=url)) as server:
+        server.store_url = url
         yield server
 
 

@@ -40,6 +40,7 @@ from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
+from ..service.database import Database, open_store
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
@@ -49,11 +50,10 @@ from ..service.store import (
     IdempotencyRecords,
     LeaseRecords,
     ResponseRecords,
-    Store,
     TaskRecords,
     now,
 )
-from ..service.tasks import TaskService
+from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
 from .auth import ScopedTokens
 from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
@@ -114,6 +114,7 @@ class LmspApp(ExtensionApp):
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
+    store: Database
 
     model_dirs = PathList(
         help="Directories searched (recursively) for .gguf model files: "
@@ -181,9 +182,24 @@ class LmspApp(ExtensionApp):
     ).tag(config=True)
 
     store_path = Unicode(
-        help="The SQLite file of tasks, events, stored responses and idempotency keys. "
-        "Default: lmsp/lmsp.sqlite3 in the Jupyter data directory, shared by all of a user's "
-        "Jupyter servers (see lease_seconds).",
+        help="The SQLite file of tasks, events, stored responses and idempotency keys, when "
+        "store_url is not set. Default: lmsp/lmsp.sqlite3 in the Jupyter data directory, "
+        "shared by all of a user's Jupyter servers (see lease_seconds).",
+    ).tag(config=True)
+
+    store_url = Unicode(
+        help="Where tasks, events, stored responses and idempotency keys are kept: "
+        "sqlite:///relative/file or sqlite:////absolute/file (default: store_path), or "
+        "postgresql://user@host:port/dbname for service replicas sharing one PostgreSQL "
+        "database (pip install 'lmsp-jupyter[postgresql]'). A password is best left to "
+        "libpq's environment (PGPASSWORD) or ~/.pgpass; the log shows the URL masked. "
+        "See docs/postgresql.md.",
+    ).tag(config=True)
+
+    follow_poll_seconds = Float(
+        FOLLOW_POLL_SECONDS,
+        help="How often a follower of a task that another server sharing the store runs "
+        "looks for its new events (the delay it adds to each).",
     ).tag(config=True)
 
     lease_seconds = Float(
@@ -274,6 +290,10 @@ class LmspApp(ExtensionApp):
     def _default_store_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
 
+    @default("store_url")
+    def _default_store_url(self) -> str:
+        return f"sqlite:///{Path(self.store_path).expanduser()}"
+
     @default("ollama_dir")
     def _default_ollama_dir(self) -> str:
         return str(default_ollama_dir())
@@ -329,7 +349,11 @@ class LmspApp(ExtensionApp):
                 f"LmspApp.lease_seconds ({self.lease_seconds:g}) must be more than "
                 f"LmspApp.lease_renew_seconds ({self.lease_renew_seconds:g})"
             )
-        store = Store(Path(self.store_path).expanduser())
+        try:
+            store = self.store = open_store(self.store_url)
+        except ValueError as exc:
+            raise TraitError(f"LmspApp.store_url: {exc}") from None
+        self.log.info("LMSP store: %s (schema version %d)", store.describe(), store.schema_version)
         lease = Lease(LeaseRecords(store), seconds=self.lease_seconds)
         lease.renew()
         models = ModelDirectory(
@@ -351,6 +375,7 @@ class LmspApp(ExtensionApp):
             lease,
             event_retention_seconds=self.event_retention_seconds,
             task_retention_seconds=self.task_retention_seconds,
+            follow_poll_seconds=self.follow_poll_seconds,
         )
         self._recovered(self.task_service.recover())
         self.idempotency = IdempotencyKeys(IdempotencyRecords(store), lease.holder)
@@ -457,6 +482,7 @@ class LmspApp(ExtensionApp):
             if self._remote_refresher is not None:
                 self._remote_refresher.stop()
             await self.task_service.close()
+            self.store.close()
             await self.model_manager.close()
             self.embeddings.close()
             await self.engine.aclose()

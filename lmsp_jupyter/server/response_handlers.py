@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from ..protocol.chat import ChatCompletionRequest, as_response_request, chat_param
@@ -20,7 +19,6 @@ from ..protocol.errors import LmspError
 from ..protocol.events import ResponseEvent
 from ..protocol.requests import ResponseRequest, parse_response_request, validate_request
 from ..protocol.responses import Response
-from ..protocol.tasks import Task
 from ..service.idempotency import Answer, Claim
 from ..service.run import ResponseRun
 from .base import LmspHandler, non_negative_integer
@@ -143,17 +141,10 @@ class ResponsesHandler(_CreatingHandler):
         queued response is the answer its key keeps, stored with the task; a replayed
         stream follows the task again."""
         owner = self.principal.owner
-        queued: list[str] = []
-
-        def keep(db: sqlite3.Connection, task: Task, response: Response) -> None:
-            queued.append(response.model_dump_json())
-            if claim is not None:
-                claim.keep(db, 200, queued[0])
-
-        task = await self.tasks.submit(request, owner, keep)
+        task, queued = await self.tasks.submit(request, owner, claim)
         if request.stream:
             await self.send_events(self.tasks.follow(task.id, owner, 0))
-        return 200, queued[0]
+        return 200, queued.model_dump_json()
 
     async def _replay(self, body: str) -> None:
         if self.json_body().get("background") is True:  # the task's events again

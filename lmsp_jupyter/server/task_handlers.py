@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from jupyter_server.utils import url_path_join
 
 from ..protocol.errors import LmspError
@@ -52,11 +50,7 @@ class TasksHandler(LmspHandler):
         owner = self.principal.owner
 
         async def create(claim: Claim | None) -> tuple[int, str]:
-            def keep(db: sqlite3.Connection, task: Task) -> None:
-                if claim is not None:  # the key's answer is stored with the task
-                    claim.keep(db, 202, task.model_dump_json())
-
-            task = await self.tasks.create(self.json_body(), owner, keep)
+            task = await self.tasks.create(self.json_body(), owner, claim)
             return 202, task.model_dump_json()
 
         outcome = await self.idempotent(create, wait_if_running=True)

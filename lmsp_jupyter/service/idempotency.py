@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..protocol.errors import PROBLEM_STATUSES, LmspError, Problem
+from .database import Transaction
 from .store import IdempotencyRecords, now
 
 KEY_TTL_SECONDS = 24 * 3600
@@ -32,9 +32,9 @@ Answer = tuple[int, str] | None
 class Claim:
     """A key whose first attempt runs now.
 
-    An action that creates something durable writes its answer with ``keep`` inside the very
-    transaction that creates it: a process killed between the two would otherwise leave the
-    creation stored and its key free, and a retry would create it a second time.
+    An action hands it to the service, which writes the answer with ``keep`` inside the very
+    transaction that creates something durable: a process killed between the two would
+    otherwise leave the creation stored and its key free, and a retry would create it twice.
     """
 
     def __init__(self, records: IdempotencyRecords, owner: str, key: str) -> None:
@@ -43,7 +43,7 @@ class Claim:
         self._key = key
         self.kept = False
 
-    def keep(self, db: sqlite3.Connection, status: int, body: str) -> None:
+    def keep(self, db: Transaction, status: int, body: str) -> None:
         """Record the answer in ``db``'s open transaction."""
         self._records.complete_in(db, self._owner, self._key, status, body)
         self.kept = True

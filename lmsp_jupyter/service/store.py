@@ -1,11 +1,15 @@
-"""The SQLite store: tasks, their events, stored responses and idempotency keys.
+"""The store's records (tasks, their events, stored responses, idempotency keys, leases), and
+the SQLite store that keeps them in one file.
 
-One connection per thread that uses it; WAL lets the background purge run beside the
-requests, and several servers of one user share one file (every write waits its turn, up to
-the busy timeout). Each event is committed before anyone is sent it, so a killed process loses
-none that a client saw.
+The record classes write through any :class:`.database.Database`: this SQLite file or a
+PostgreSQL database (:mod:`.postgres`).
 
-Each serving process holds a lease in the file that it renews while it lives; the tasks it runs
+The SQLite store has one connection per thread that uses it; WAL lets the background purge run
+beside the requests, and several servers of one user share one file (every write waits its
+turn, up to the busy timeout). Each event is committed before anyone is sent it, so a killed
+process loses none that a client saw.
+
+Each serving process holds a lease in the store that it renews while it lives; the tasks it runs
 and the idempotency keys it has in flight name it as their holder. What a process whose lease
 has lapsed held is ended by whichever process finds it (:meth:`LeaseRecords.end_gone`); every
 rule of who is alive is in :class:`LeaseRecords` and :func:`_gone`.
@@ -17,14 +21,14 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..protocol.errors import LmspError
 from ..protocol.events import FINAL_EVENTS, ResponseEvent
+from .database import Database, Dialect, Row, Transaction
 
 #: Each entry moves the schema one version up; the store applies the ones it has not yet.
 MIGRATIONS: list[str] = [
@@ -89,6 +93,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE idempotency ADD COLUMN holder TEXT;
     CREATE INDEX unfinished_tasks ON tasks (holder) WHERE status IN ('queued', 'in_progress');
     """,
+    # A cancel asked of a server that does not run the task, for the one that does to see.
+    """
+    ALTER TABLE tasks ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 #: The statuses of a task that has not ended.
@@ -97,22 +105,6 @@ UNFINISHED = "status IN ('queued', 'in_progress')"
 
 #: How long a write waits for another writer (it blocks the event loop meanwhile).
 BUSY_TIMEOUT_SECONDS = 5.0
-RETRY_AFTER_SECONDS = 5
-
-
-def store_problem(exc: BaseException) -> LmspError | None:
-    """The problem a failure of the store is (``None``: not one): a database locked by another
-    writer is temporary (``overloaded``, retry later); a full, read-only or broken file is an
-    ``internal_error``."""
-    if not isinstance(exc, sqlite3.Error):
-        return None
-    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-        return LmspError(
-            "overloaded",
-            "the store is busy; retry later",
-            retry_after=RETRY_AFTER_SECONDS,
-        )
-    return LmspError("internal_error", "the store failed; see the server log")
 
 
 class TaskLost(Exception):
@@ -140,7 +132,9 @@ class StoredEvent:
 
 
 class Store:
-    """Durable state of the service in one SQLite file."""
+    """Durable state of the service in one SQLite file (a :class:`.database.Database`)."""
+
+    dialect: Dialect = "sqlite"
 
     def __init__(self, path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         self.path = path
@@ -178,6 +172,19 @@ class Store:
                 self.close()  # a connection that cannot roll back is dropped, not reused
             raise
 
+    def fetchone(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
+        """The first row a read gives, if any."""
+        row: Row | None = self.db.execute(sql, parameters).fetchone()
+        return row
+
+    def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
+        """Every row a read gives."""
+        return self.db.execute(sql, parameters).fetchall()
+
+    def describe(self) -> str:
+        """The file, as a URL."""
+        return f"sqlite:///{self.path}"
+
     def _migrate(self) -> None:
         with self.transaction() as db:
             version: int = db.execute("PRAGMA user_version").fetchone()[0]
@@ -214,7 +221,7 @@ def now() -> int:
 class TaskRecords:
     """The SQL of tasks and their events."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
     def insert(
@@ -228,7 +235,7 @@ class TaskRecords:
         request: str,
         metadata: dict[str, str],
         at: int,
-        then: Callable[[sqlite3.Connection], None] | None = None,
+        then: Callable[[Transaction], None] | None = None,
     ) -> None:
         """A new queued task run by the process ``holder``; ``then`` writes more in the same
         transaction."""
@@ -242,66 +249,82 @@ class TaskRecords:
             if then is not None:
                 then(db)
 
-    def get(self, task_id: str) -> sqlite3.Row | None:
+    def get(self, task_id: str) -> Row | None:
         """One task's row."""
-        row: sqlite3.Row | None = self.store.db.execute(
-            "SELECT * FROM tasks WHERE id = ?", (task_id,)
-        ).fetchone()
-        return row
+        return self.store.fetchone("SELECT * FROM tasks WHERE id = ?", (task_id,))
 
-    def of_response(self, response_id: str) -> sqlite3.Row | None:
+    def of_response(self, response_id: str) -> Row | None:
         """The task that runs the response ``response_id``."""
-        row: sqlite3.Row | None = self.store.db.execute(
-            "SELECT * FROM tasks WHERE response_id = ?", (response_id,)
-        ).fetchone()
-        return row
+        return self.store.fetchone("SELECT * FROM tasks WHERE response_id = ?", (response_id,))
 
     def newest(
         self, owner: str, limit: int, status: str | None, metadata: dict[str, str]
-    ) -> list[sqlite3.Row]:
+    ) -> list[Row]:
         """An owner's tasks, newest first; with ``metadata``, those having every pair of it."""
         query = "SELECT * FROM tasks WHERE owner = ?"
         args: list[Any] = [owner]
         if status is not None:
             query += " AND status = ?"
             args.append(status)
+        has_pair = _HAS_PAIR[self.store.dialect]
         for key, value in metadata.items():
-            query += (
-                " AND EXISTS (SELECT 1 FROM json_each(tasks.metadata)"
-                " WHERE json_each.key = ? AND json_each.value = ? AND json_each.type = 'text')"
-            )
+            query += f" AND {has_pair}"
             args += [key, value]
         query += " ORDER BY created_at DESC, id DESC LIMIT ?"
-        return self.store.db.execute(query, (*args, limit)).fetchall()
+        return self.store.fetchall(query, (*args, limit))
 
-    def started(self, task_id: str, holder: str, at: int) -> None:
-        """The task left the queue; :class:`TaskLost` if it is no longer ``holder``'s."""
+    def started(self, task_id: str, holder: str, at: int) -> bool:
+        """The task left the queue; returns whether a cancel of it was asked meanwhile;
+        :class:`TaskLost` if it is no longer ``holder``'s."""
         with self.store.transaction() as db:
-            changed = db.execute(
+            row = db.execute(
                 "UPDATE tasks SET status = 'in_progress', started_at = ?"
-                " WHERE id = ? AND holder = ? AND status = 'queued'",
+                " WHERE id = ? AND holder = ? AND status = 'queued' RETURNING cancel_requested",
                 (at, task_id, holder),
-            ).rowcount
-            if not changed:
+            ).fetchone()
+            if row is None:
                 raise TaskLost(task_id)
+            return bool(row["cancel_requested"])
 
     def append(
         self, task_id: str, holder: str, event: StoredEvent, final: FinalState | None = None
-    ) -> None:
+    ) -> bool:
         """Store one event (and, with the final one, the task's end) in one transaction;
+        returns whether a cancel of the task was asked (by any server sharing the store);
         :class:`TaskLost` if the task is no longer ``holder``'s to write (it has ended)."""
         with self.store.transaction() as db:
             held = db.execute(
-                f"SELECT 1 FROM tasks WHERE id = ? AND holder = ? AND {UNFINISHED}",
+                "SELECT cancel_requested FROM tasks"
+                f" WHERE id = ? AND holder = ? AND {UNFINISHED}{_LOCKED[self.store.dialect]}",
                 (task_id, holder),
             ).fetchone()
             if held is None:
                 raise TaskLost(task_id)
             self.write_in(db, task_id, event, final)
+            return bool(held["cancel_requested"])
+
+    def request_cancel(self, task_id: str) -> bool:
+        """Ask whichever server runs an unfinished task to cancel it; ``False``: it has ended."""
+        with self.store.transaction() as db:
+            return (
+                db.execute(
+                    f"UPDATE tasks SET cancel_requested = 1 WHERE id = ? AND {UNFINISHED}",
+                    (task_id,),
+                ).rowcount
+                == 1
+            )
+
+    def cancels_requested(self, holder: str) -> list[str]:
+        """The unfinished tasks of ``holder`` that another server was asked to cancel."""
+        rows = self.store.fetchall(
+            f"SELECT id FROM tasks WHERE holder = ? AND {UNFINISHED} AND cancel_requested = 1",
+            (holder,),
+        )
+        return [row["id"] for row in rows]
 
     @staticmethod
     def write_in(
-        db: sqlite3.Connection, task_id: str, event: StoredEvent, final: FinalState | None
+        db: Transaction, task_id: str, event: StoredEvent, final: FinalState | None
     ) -> None:
         """Store one event (and the task's end) in ``db``'s open transaction."""
         db.execute(
@@ -317,10 +340,10 @@ class TaskRecords:
 
     def events_after(self, task_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
         """Stored events with ids greater than ``after``, in order."""
-        rows = self.store.db.execute(
+        rows = self.store.fetchall(
             "SELECT id, event, data FROM events WHERE task_id = ? AND id > ? ORDER BY id LIMIT ?",
             (task_id, after, limit),
-        ).fetchall()
+        )
         return [StoredEvent(row["id"], row["event"], row["data"]) for row in rows]
 
     def purge(self, *, events_before: int, tasks_before: int) -> tuple[int, int]:
@@ -357,32 +380,33 @@ class FinalState:
 class ResponseRecords:
     """The SQL of stored responses (``store: true``)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
     def save(self, *, response_id: str, owner: str, at: int, context: str, response: str) -> None:
         """Keep a response with the input items it answered."""
         with self.store.transaction() as db:
             db.execute(
-                "INSERT OR REPLACE INTO responses (id, owner, created_at, context, response)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO responses (id, owner, created_at, context, response)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner,"
+                " created_at = excluded.created_at, context = excluded.context,"
+                " response = excluded.response",
                 (response_id, owner, at, context, response),
             )
 
-    def get(self, response_id: str, owner: str) -> sqlite3.Row | None:
+    def get(self, response_id: str, owner: str) -> Row | None:
         """A stored response of ``owner``."""
-        row: sqlite3.Row | None = self.store.db.execute(
+        return self.store.fetchone(
             "SELECT * FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
-        ).fetchone()
-        return row
+        )
 
-    def with_item(self, item_id: str, owner: str) -> list[sqlite3.Row]:
+    def with_item(self, item_id: str, owner: str) -> list[Row]:
         """``owner``'s stored responses whose text mentions ``item_id`` (the caller checks)."""
         pattern = "%" + json.dumps(item_id).replace("%", "") + "%"
-        return self.store.db.execute(
+        return self.store.fetchall(
             "SELECT * FROM responses WHERE owner = ? AND (response LIKE ? OR context LIKE ?)",
             (owner, pattern, pattern),
-        ).fetchall()
+        )
 
     def purge(self, before: int) -> int:
         """Drop responses stored before ``before``."""
@@ -393,15 +417,14 @@ class ResponseRecords:
 class IdempotencyRecords:
     """The SQL of idempotency keys."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
-    def get(self, owner: str, key: str) -> sqlite3.Row | None:
+    def get(self, owner: str, key: str) -> Row | None:
         """The record of a key, if any."""
-        row: sqlite3.Row | None = self.store.db.execute(
+        return self.store.fetchone(
             "SELECT * FROM idempotency WHERE owner = ? AND key = ?", (owner, key)
-        ).fetchone()
-        return row
+        )
 
     def claim(
         self, owner: str, key: str, fingerprint: str, holder: str, at: int, expired_before: int
@@ -435,7 +458,7 @@ class IdempotencyRecords:
             self.complete_in(db, owner, key, status, body)
 
     @staticmethod
-    def complete_in(db: sqlite3.Connection, owner: str, key: str, status: int, body: str) -> None:
+    def complete_in(db: Transaction, owner: str, key: str, status: int, body: str) -> None:
         """Record the answer given under a key, in ``db``'s open transaction."""
         db.execute(
             "UPDATE idempotency SET status = ?, body = ? WHERE owner = ? AND key = ?",
@@ -451,6 +474,17 @@ class IdempotencyRecords:
         """Drop keys older than ``before``."""
         with self.store.transaction() as db:
             return db.execute("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount
+
+
+#: SQL true when a task's metadata has the pair bound to its two ``?`` (key, then value).
+_HAS_PAIR: dict[Dialect, str] = {
+    "sqlite": "EXISTS (SELECT 1 FROM json_each(tasks.metadata) WHERE json_each.key = ?"
+    " AND json_each.value = ? AND json_each.type = 'text')",
+    "postgresql": "tasks.metadata::jsonb @> jsonb_build_object(?::text, ?::text)",
+}
+#: What a read of task rows about to be written ends with: PostgreSQL locks them (a
+#: concurrent writer waits, then sees them as written); SQLite's writers take turns anyway.
+_LOCKED: dict[Dialect, str] = {"sqlite": "", "postgresql": " FOR UPDATE"}
 
 
 def _gone(column: str) -> str:
@@ -471,7 +505,7 @@ class LeaseRecords:
     file share its clock).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
 
     def hold(
@@ -487,8 +521,10 @@ class LeaseRecords:
             if renewed:
                 return True
             db.execute(
-                "INSERT OR REPLACE INTO leases (holder, host, pid, started_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO leases (holder, host, pid, started_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (holder) DO UPDATE SET host = excluded.host,"
+                " pid = excluded.pid, started_at = excluded.started_at,"
+                " expires_at = excluded.expires_at",
                 (holder, host, pid, started_at, until),
             )
             return False
@@ -498,16 +534,14 @@ class LeaseRecords:
         with self.store.transaction() as db:
             db.execute("DELETE FROM leases WHERE holder = ?", (holder,))
 
-    def end_gone(
-        self, at: float, ending: Callable[[sqlite3.Row], tuple[StoredEvent, FinalState]]
-    ) -> int:
+    def end_gone(self, at: float, ending: Callable[[Row], tuple[StoredEvent, FinalState]]) -> int:
         """End what processes gone at ``at`` held, in one write: each unfinished task gets the
         final event ``ending`` makes of its row, keys in flight are freed, lapsed leases
         dropped. Returns how many tasks were ended."""
         with self.store.transaction() as db:
             rows = db.execute(
                 f"SELECT * FROM tasks WHERE {UNFINISHED} AND {_gone('tasks.holder')}"
-                " ORDER BY created_at",
+                f" ORDER BY created_at{_LOCKED[self.store.dialect]}",
                 (at,),
             ).fetchall()
             for row in rows:

@@ -5,8 +5,11 @@ in-memory list of its events (replay and live in one sequence, no gap, no duplic
 followers of a finished task read the store.
 
 Several servers may share the store: each runs the tasks it created, under its lease
-(:mod:`.leases`), and reads the others' from the store. A task whose server is gone (its lease
-lapsed) is failed with ``service_restarted`` by whichever server finds it.
+(:mod:`.leases`), and reads the others' from the store: a follower of a task that another
+server runs reads its events as they are stored (polled every ``follow_poll_seconds``), and a
+cancel is recorded for the server running the task, which sees it with its next stored event
+(or its next lease renewal while the task waits in line). A task whose server is gone (its
+lease lapsed) is failed with ``service_restarted`` by whichever server finds it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -39,6 +41,8 @@ from ..protocol.requests import (
 from ..protocol.responses import Response, ResponseStatus
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .channel import Channel, Interrupted
+from .database import Row
+from .idempotency import Claim
 from .leases import Lease
 from .queue import Ticket
 from .responses import ResponseService
@@ -49,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: The first wait before a final event the store refused is tried again (it doubles).
 STORE_RETRY_SECONDS = 0.5
+#: How often a follower of a task that another server runs looks for its new events.
+FOLLOW_POLL_SECONDS = 0.05
 
 
 _METADATA = TypeAdapter(Metadata)
@@ -89,49 +95,56 @@ class TaskService:
         *,
         event_retention_seconds: int = 3600,
         task_retention_seconds: int = 86400,
+        follow_poll_seconds: float = FOLLOW_POLL_SECONDS,
     ) -> None:
         self.responses = responses
         self.records = records
         self.lease = lease
         self.event_retention_seconds = event_retention_seconds
         self.task_retention_seconds = task_retention_seconds
+        self.follow_poll_seconds = follow_poll_seconds
         self._live: dict[str, _Queued] = {}
         self._channels: dict[str, Channel] = {}
         self._closing = False
 
     # --- creating and running -------------------------------------------------------------
 
-    async def create(
-        self,
-        body: dict[str, object],
-        owner: str,
-        then: Callable[[sqlite3.Connection, Task], None] | None = None,
-    ) -> Task:
+    async def create(self, body: dict[str, object], owner: str, claim: Claim | None = None) -> Task:
         """Validate a task request like a response request, then queue it (no task on error).
 
-        ``then`` is given the new task inside the transaction that stores it (an idempotency
-        key records its answer there: both are stored, or neither).
+        With ``claim``, the new task is its key's answer (``202``), stored in the transaction
+        that stores the task: both are stored, or neither.
         """
         task_request = validate_request(TaskRequest, body)
         try:
             request = parse_response_request({**task_request.request, "stream": False})
-            keep = None if then is None else lambda db, task, _response: then(db, task)
-            return await self.submit(request, owner, keep)
+            task, _ = await self._queue(
+                request, owner, claim, lambda task, _: (202, task.model_dump_json())
+            )
+            return task
         except LmspError as error:  # name the field as the client sent it, inside "request"
             error.rename_param(lambda param: f"request.{param}")
             raise
 
     async def submit(
+        self, request: ResponseRequest, owner: str, claim: Claim | None = None
+    ) -> tuple[Task, Response]:
+        """Queue a validated request as a background response (11.2): its task, and the
+        response as it stands queued. With ``claim``, that response is its key's answer
+        (``200``), stored with the task."""
+        return await self._queue(
+            request, owner, claim, lambda _, response: (200, response.model_dump_json())
+        )
+
+    async def _queue(
         self,
         request: ResponseRequest,
         owner: str,
-        then: Callable[[sqlite3.Connection, Task, Response], None] | None = None,
-    ) -> Task:
-        """Queue a validated request as a task (a background response, 11.2, comes here).
-
-        ``then`` is given the new task and its queued response inside the transaction that
-        stores the task.
-        """
+        claim: Claim | None,
+        answer: Callable[[Task, Response], tuple[int, str]],
+    ) -> tuple[Task, Response]:
+        """Queue a validated request as a task; ``claim`` keeps ``answer`` of it, in the
+        transaction that stores the task."""
         run = await self.responses.start(request, owner)
         queued = _Queued(task_id=new_id("task"), run=run, ticket=self.responses.join(run))
         metadata = request.metadata or {}
@@ -142,6 +155,7 @@ class TaskService:
             response_id=run.id,
             metadata=metadata,
         )
+        response = _queued(run.response())
         try:
             self.records.insert(
                 task_id=queued.task_id,
@@ -153,8 +167,8 @@ class TaskService:
                 metadata=metadata,
                 at=run.created_at,
                 then=None
-                if then is None
-                else lambda db: then(db, created, _queued(run.response())),
+                if claim is None
+                else lambda db: claim.keep(db, *answer(created, response)),
             )
         except BaseException:  # not stored: it gives its place in the line back
             queued.ticket.leave()
@@ -162,7 +176,7 @@ class TaskService:
         self._channels[queued.task_id] = Channel()
         self._live[queued.task_id] = queued
         queued.worker = asyncio.create_task(self._work(queued))
-        return self.get(queued.task_id, owner)
+        return self.get(queued.task_id, owner), response
 
     async def _work(self, queued: _Queued) -> None:
         try:
@@ -172,7 +186,8 @@ class TaskService:
 
     async def _run(self, queued: _Queued) -> None:
         def started() -> None:
-            self.records.started(queued.task_id, self.lease.holder, now())
+            if self.records.started(queued.task_id, self.lease.holder, now()):
+                queued.cancel.cancel()  # asked of another server while it waited
 
         try:
             events = self.responses.events(queued.run, queued.cancel, started)
@@ -245,9 +260,11 @@ class TaskService:
                 error=run.error.to_problem().model_dump_json() if run.error else None,
                 at=now(),
             )
-        self.records.append(task_id, self.lease.holder, stored, final)
+        cancel_asked = self.records.append(task_id, self.lease.holder, stored, final)
         if queued is not None:
             queued.last_id = event.id
+            if cancel_asked and final is None:  # another server was asked to cancel it
+                queued.cancel.cancel()
         channel = self._channels.get(task_id)
         if channel is not None:
             channel.publish(stored)
@@ -256,7 +273,7 @@ class TaskService:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def _row(self, task_id: str, owner: str) -> sqlite3.Row:
+    def _row(self, task_id: str, owner: str) -> Row:
         row = self.records.get(task_id)
         if row is None or row["owner"] != owner:
             raise LmspError("task_not_found", f"no task {task_id!r}")
@@ -281,7 +298,7 @@ class TaskService:
         wanted = _metadata_filter(metadata or {})
         return [self._task(row) for row in self.records.newest(owner, limit, status, wanted)]
 
-    def _task(self, row: sqlite3.Row) -> Task:
+    def _task(self, row: Row) -> Task:
         return Task(
             id=row["id"],
             status=row["status"],
@@ -346,23 +363,17 @@ class TaskService:
                 yield event
             after = events[-1].id
 
-    async def _elsewhere(
-        self, task_id: str, after: int
-    ) -> AsyncIterator[StoredEvent | Interrupted]:
-        """The events of a task that another server runs (or ran, if it is gone and the task
-        not yet failed): those stored so far, then an ``error`` event with the last one's id,
-        from which the client resumes later and reads what has been stored since."""
-        async for event in self._stored_events(task_id, after):
-            yield event
-            if event.is_final:  # it ended meanwhile
-                return
-            after = event.id
-        problem = LmspError(
-            "internal_error",
-            f"{task_id!r} runs on another server sharing this store: its events are not relayed"
-            " live here; reconnect with the last event id for those stored since",
-        ).to_problem()
-        yield Interrupted(problem, after)
+    async def _elsewhere(self, task_id: str, after: int) -> AsyncIterator[StoredEvent]:
+        """The events of a task that another server runs, as that server stores them, until
+        the final one (which, if that server is gone, the first server to see its lease lapsed
+        stores)."""
+        while True:
+            async for event in self._stored_events(task_id, after):
+                yield event
+                if event.is_final:
+                    return
+                after = event.id
+            await asyncio.sleep(self.follow_poll_seconds)
 
     # --- cancelling, recovering, purging ----------------------------------------------------
 
@@ -372,19 +383,24 @@ class TaskService:
         if row["status"] in FINAL_TASK_STATUSES:
             return self._task(row)
         queued = self._live.get(task_id)
-        if queued is None:  # ending right now
+        if queued is None:  # another server runs it (or it is ending right now)
+            self.records.request_cancel(task_id)
             return self._task(row)
         if queued.ticket.admitted:
             queued.cancel.cancel()
             return self._task(row)
+        self._dequeue(queued)
+        return self.get(task_id, owner)
+
+    def _dequeue(self, queued: _Queued) -> None:
+        """Cancel a task still waiting in line: it ends ``cancelled`` at once."""
         self._stop_waiting(queued)
         queued.run.status = "cancelled"
         cancelled = ResponseCancelled(response_id=queued.run.id, response=queued.run.response())
         try:
-            self._record(task_id, queued.run, ResponseEvent(id=1, data=cancelled))
+            self._record(queued.task_id, queued.run, ResponseEvent(id=1, data=cancelled))
         except TaskLost:
-            self._lost(task_id)
-        return self.get(task_id, owner)
+            self._lost(queued.task_id)
 
     @staticmethod
     def _stop_waiting(queued: _Queued) -> None:
@@ -403,9 +419,18 @@ class TaskService:
         return self.lease.records.end_gone(time.time(), _restarted)
 
     def renew(self) -> int:
-        """Renew this server's lease, then :meth:`recover`: run every
-        ``LmspApp.lease_renew_seconds``."""
+        """Renew this server's lease, cancel what other servers were asked to cancel of its
+        tasks still waiting in line (running ones see it with their next event), then
+        :meth:`recover`: run every ``LmspApp.lease_renew_seconds``."""
         self.lease.renew()
+        for task_id in self.records.cancels_requested(self.lease.holder):
+            queued = self._live.get(task_id)
+            if queued is None:
+                continue
+            if queued.ticket.admitted:
+                queued.cancel.cancel()
+            else:
+                self._dequeue(queued)
         return self.recover()
 
     def purge(self, at: int | None = None) -> tuple[int, int]:
@@ -432,7 +457,7 @@ class TaskService:
         try:
             self.lease.release()
             self.recover()
-        except sqlite3.Error:  # the others fail these tasks once the lease lapses
+        except Exception:  # the store fails: the others fail these tasks once the lease lapses
             log.exception("the store failed: this server's tasks stay until its lease lapses")
 
 
@@ -441,9 +466,7 @@ def _queued(response: Response) -> Response:
     return response.model_copy(update={"status": "queued"})
 
 
-def _stored_response(
-    row: sqlite3.Row, status: ResponseStatus, error: Problem | None = None
-) -> Response:
+def _stored_response(row: Row, status: ResponseStatus, error: Problem | None = None) -> Response:
     """The response of a task's row in ``status``: what the store says of it, without the
     settings and output that only the process running it has."""
     return Response(
@@ -456,7 +479,7 @@ def _stored_response(
     )
 
 
-def _restarted(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+def _restarted(row: Row) -> tuple[StoredEvent, FinalState]:
     """The final event and end of a task whose server is gone: ``service_restarted``."""
     problem = LmspError("service_restarted", "the service stopped while the task ran").to_problem()
     response = _stored_response(row, "failed", problem)

@@ -5,7 +5,6 @@ of a store, and the configuration and apps of the in-process server (``conftest.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from lmsp_jupyter.engine.generation import StopReason
 from lmsp_jupyter.engine.local.batching import ModelWorker
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.server.app import LmspApp
+from lmsp_jupyter.service.database import open_store
 from tests.conftest import FIM_IDS, MODEL
 from tests.doubles import ScriptedEngine
 from tests.helpers import eventually, eventually_async
@@ -121,10 +121,15 @@ def wait_for_events(client: httpx.Client, task_id: str, count: int) -> dict[str,
     return eventually(task_with_enough, what=f"task {task_id} with {count} events")
 
 
-def claimed_keys(store: Path) -> set[str]:
+def claimed_keys(store_url: str) -> set[str]:
     """The idempotency keys whose first attempt is running, as the store has them."""
-    with sqlite3.connect(store) as db:
-        return {row[0] for row in db.execute("SELECT key FROM idempotency WHERE status IS NULL")}
+    store = open_store(store_url)
+    try:
+        return {
+            row["key"] for row in store.fetchall("SELECT key FROM idempotency WHERE status IS NULL")
+        }
+    finally:
+        store.close()
 
 
 def server_config(request: pytest.FixtureRequest, **lmsp: Any) -> Config:

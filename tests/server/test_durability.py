@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import MODEL, LiveServer, running_server, start_server, stop_server
+from tests.conftest import MODEL, LiveServer, Stores, running_server, start_server, stop_server
 from tests.helpers import eventually
 from tests.server.helpers import assert_problem, events, start, wait_for_events
 
@@ -75,10 +75,11 @@ def test_a_full_queue_is_overloaded_with_retry_after_for_tasks_and_direct_reques
         assert client.post("/tasks", json=body).status_code == 202
 
 
-def test_a_killed_service_keeps_its_tasks_and_fails_the_running_one(tmp_path: Path) -> None:
-    store = tmp_path / "lmsp.sqlite3"
+def test_a_killed_service_keeps_its_tasks_and_fails_the_running_one(
+    tmp_path: Path, stores: Stores
+) -> None:
     lease = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}  # the restart waits this out
-    config = {"LmspApp": {"store_path": str(store), **lease}}
+    config = {"LmspApp": {"store_url": stores.new(), **lease}}
     server = start_server(tmp_path / "first", config=config)
     with server.client() as client:
         finished = start(client, tokens=4)

@@ -2,7 +2,8 @@
 
 The failures are injected in a server process of the test's own (pytest-jupyter) with a
 scripted engine — a client that leaves mid-stream, a first attempt that fails on the server's
-side — and, for a killed process, on a live server with the real model.
+side — and, for a killed process, on a live server with the real model; each on a SQLite store
+and on a PostgreSQL one.
 """
 
 from __future__ import annotations
@@ -16,12 +17,26 @@ from typing import Any
 
 import httpx
 import pytest
+from traitlets.config import Config
 
-from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, running_server, start_server
+from tests.conftest import EDITOR_TOKEN, MODEL, LiveServer, Stores, running_server, start_server
 from tests.helpers import eventually, eventually_async
-from tests.server.helpers import Event, assert_problem, claimed_keys, parse_sse, scripted_engine
+from tests.server.helpers import (
+    Event,
+    assert_problem,
+    claimed_keys,
+    parse_sse,
+    scripted_engine,
+    server_config,
+)
 
 BODY: dict[str, Any] = {"model": MODEL, "input": "x"}
+
+
+@pytest.fixture
+def jp_server_config(request: pytest.FixtureRequest, stores: Stores) -> Config:
+    """The test's own server on a new store of each kind in turn."""
+    return server_config(request, sse_keepalive_seconds=0.05, store_url=stores.new())
 
 
 async def stream(client: httpx.AsyncClient, key: str, **fields: object) -> httpx.Response:
@@ -222,11 +237,11 @@ def test_a_key_is_scoped_to_its_token(live_server: LiveServer) -> None:
 
 
 def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
-    tmp_path: Path,
+    tmp_path: Path, stores: Stores
 ) -> None:
-    store = tmp_path / "lmsp.sqlite3"
+    store = stores.new()
     lease = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}  # the restart waits this out
-    config = {"LmspApp": {"store_path": str(store), **lease}}
+    config = {"LmspApp": {"store_url": store, **lease}}
     body = {"model": MODEL, "input": "Write a long story.", "temperature": 0}
     keys = {
         "sync": {"Idempotency-Key": "killed-sync"},
@@ -241,7 +256,8 @@ def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
             ),
         ]
         eventually(
-            lambda: claimed_keys(store) == {"killed-sync", "killed-stream"}, what="both keys"
+            lambda: claimed_keys(store) == {"killed-sync", "killed-stream"},
+            what="both keys",
         )
         server.process.send_signal(signal.SIGKILL)
         server.process.wait()

@@ -1,25 +1,28 @@
 """Two Jupyter servers on one store, as a user's servers share the one under their Jupyter data
-directory (issue 28): each runs its own tasks under a lease, neither fails the other's while it
-lives, a killed one's tasks are failed once its lease has lapsed, and both read the same tasks.
+directory (issue 28) and service replicas share one PostgreSQL database (issue 26): each runs
+its own tasks under a lease, neither fails the other's while it lives, a killed one's tasks are
+failed once its lease has lapsed, and both read, follow and cancel the same tasks.
 
-Real ``jupyter server`` processes with the bundled model, a short lease renewed often.
+Real ``jupyter server`` processes with the bundled model, a short lease renewed often; each test
+on a SQLite file and on a PostgreSQL database.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, start_server, stop_server
+from lmsp_jupyter.service.database import open_store
+from tests.conftest import LiveServer, Stores, start_server, stop_server
 from tests.helpers import eventually
 from tests.server.helpers import (
     ask,
@@ -57,11 +60,17 @@ def _model(bundled_model_path: Path) -> None:
     """The servers generate with the bundled model."""
 
 
+@pytest.fixture
+def store(stores: Stores) -> str:
+    """The store the servers of a test share: a SQLite file, then a PostgreSQL database."""
+    return stores.new()
+
+
 @contextlib.contextmanager
-def shared(tmp_path: Path, name: str) -> Iterator[LiveServer]:
-    """A server named ``name`` on the store every server of ``tmp_path`` shares; one model slot."""
+def shared(store: str, tmp_path: Path, name: str) -> Iterator[LiveServer]:
+    """A server named ``name`` on the store ``store``; one model slot."""
     config = {
-        "LmspApp": {"store_path": str(store_of(tmp_path)), **LEASE},
+        "LmspApp": {"store_url": store, **LEASE},
         "LocalEngine": {"parallel_requests": 1},
     }
     server = start_server(tmp_path / name, config=config)
@@ -71,26 +80,25 @@ def shared(tmp_path: Path, name: str) -> Iterator[LiveServer]:
         stop_server(server)
 
 
-def store_of(tmp_path: Path) -> Path:
-    return tmp_path / "shared" / "lmsp.sqlite3"
-
-
-def lease_of(store: Path, *, task_id: str | None = None) -> dict[str, Any]:
+def lease_of(store: str, *, task_id: str | None = None) -> dict[str, Any]:
     """The lease of the server running ``task_id`` (without: of the newest server)."""
-    with contextlib.closing(sqlite3.connect(store)) as db:
-        db.row_factory = sqlite3.Row
+    database = open_store(store)
+    try:
         if task_id is None:
-            row = db.execute("SELECT * FROM leases ORDER BY started_at DESC").fetchone()
+            row = database.fetchone("SELECT * FROM leases ORDER BY started_at DESC")
         else:
-            row = db.execute(
+            row = database.fetchone(
                 "SELECT leases.* FROM leases JOIN tasks ON tasks.holder = leases.holder"
                 " WHERE tasks.id = ?",
                 (task_id,),
-            ).fetchone()
-        return dict(row)
+            )
+        assert row is not None
+        return {name: row[name] for name in ("holder", "started_at", "expires_at")}
+    finally:
+        database.close()
 
 
-def renewed_twice(store: Path) -> None:
+def renewed_twice(store: str) -> None:
     """Wait until the newest server has renewed its lease twice (each time it also ends what
     gone servers held)."""
     first = lease_of(store)
@@ -111,17 +119,19 @@ def final_task(client: httpx.Client, task_id: str) -> dict[str, Any]:
     return eventually(final, what=f"task {task_id} final")
 
 
-def test_a_running_task_survives_another_servers_start_and_they_complete(tmp_path: Path) -> None:
-    with shared(tmp_path, "a") as first, first.client() as a:
+def test_a_running_task_survives_another_servers_start_and_they_complete(
+    store: str, tmp_path: Path
+) -> None:
+    with shared(store, tmp_path, "a") as first, first.client() as a:
         running = start(a, **ENDLESS)
         queued = start(a, **COLOUR)  # behind it: it cannot start before the first ends
         wait_for_events(a, running["id"], 3)
-        with shared(tmp_path, "b") as second, second.client() as b:
-            renewed_twice(store_of(tmp_path))  # its start-up recovery and two more have run
+        with shared(store, tmp_path, "b") as second, second.client() as b:
+            renewed_twice(store)  # its start-up recovery and two more have run
             for client in (a, b):
                 assert status(client, running["id"]) == "in_progress"
                 assert status(client, queued["id"]) == "queued"
-            a.post(f"/tasks/{running['id']}/cancel")
+            b.post(f"/tasks/{running['id']}/cancel")  # asked of B, stopped by A
             assert final_task(b, running["id"])["status"] == "cancelled"
             done = final_task(b, queued["id"])
             assert done["status"] == "completed"
@@ -132,15 +142,20 @@ def test_a_running_task_survives_another_servers_start_and_they_complete(tmp_pat
 
 
 def test_a_killed_servers_task_is_failed_by_the_other_only_once_its_lease_lapsed(
-    tmp_path: Path,
+    store: str, tmp_path: Path
 ) -> None:
-    with shared(tmp_path, "b") as second, second.client() as b:
-        with shared(tmp_path, "a") as first, first.client() as a:
+    with (
+        shared(store, tmp_path, "b") as second,
+        second.client() as b,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        with shared(store, tmp_path, "a") as first, first.client() as a:
             task = start(a, **ENDLESS)
             wait_for_events(a, task["id"], 3)
+            follower = pool.submit(events, b, task["id"])  # followed on B from the start
             first.process.send_signal(signal.SIGKILL)
             first.process.wait()
-        expires = lease_of(store_of(tmp_path), task_id=task["id"])["expires_at"]
+        expires = lease_of(store, task_id=task["id"])["expires_at"]
         seen: list[tuple[float, str]] = []  # each status B gave, with when it was in
 
         def failed() -> bool:
@@ -158,12 +173,13 @@ def test_a_killed_servers_task_is_failed_by_the_other_only_once_its_lease_lapsed
         assert [e.id for e in replay] == list(range(1, len(replay) + 1))
         assert [e.event for e in replay].count("response.failed") == 1
         assert replay[-1].event == "response.failed" and ended["last_event_id"] == len(replay)
+        assert follower.result() == replay  # every event once, across the kill
 
 
-def test_both_servers_read_the_same_tasks_and_keys(tmp_path: Path) -> None:
+def test_both_servers_read_the_same_tasks_and_keys(store: str, tmp_path: Path) -> None:
     with (
-        shared(tmp_path, "a") as first,
-        shared(tmp_path, "b") as second,
+        shared(store, tmp_path, "a") as first,
+        shared(store, tmp_path, "b") as second,
         first.client() as a,
         second.client() as b,
     ):
@@ -175,7 +191,7 @@ def test_both_servers_read_the_same_tasks_and_keys(tmp_path: Path) -> None:
         assert again.headers["idempotent-replayed"] == "true"
         assert again.json()["id"] == made.json()["id"]
         mine = start(b, tokens=2)
-        key_in_flight_is_claimed_on_the_other(a, b, store_of(tmp_path))
+        key_in_flight_is_claimed_on_the_other(a, b, store)
         running = start(a, **ENDLESS)
         wait_for_events(a, running["id"], 3)
         listings = [c.get("/tasks").json()["data"] for c in (a, b)]
@@ -185,11 +201,12 @@ def test_both_servers_read_the_same_tasks_and_keys(tmp_path: Path) -> None:
         assert [t["id"] for t in by_cell[0]] == [t["id"] for t in by_cell[1]] == [made.json()["id"]]
         response = b.get(f"/responses/{running['response_id']}").json()
         assert (response["id"], response["status"]) == (running["response_id"], "in_progress")
-        so_far = events(b, running["id"])  # what is stored, then an error to resume from
-        assert so_far[-1].event == "error"
-        assert [e.id for e in so_far[:-1]] == list(range(1, len(so_far)))
-        assert so_far[-1].id == so_far[-2].id
-        a.post(f"/tasks/{running['id']}/cancel")
+        with ThreadPoolExecutor(1) as pool:
+            followed = pool.submit(events, b, running["id"])  # live on B, from A's store
+            wait_for_events(b, running["id"], 6)
+            b.post(f"/tasks/{running['id']}/cancel")
+            assert followed.result() == events(a, running["id"])
+        assert followed.result()[-1].event == "response.cancelled"
         final_task(b, running["id"])
         for task_id in (made.json()["id"], mine["id"], running["id"]):
             final = final_task(a, task_id)
@@ -197,7 +214,7 @@ def test_both_servers_read_the_same_tasks_and_keys(tmp_path: Path) -> None:
             assert events(a, task_id) == events(b, task_id)
 
 
-def key_in_flight_is_claimed_on_the_other(a: httpx.Client, b: httpx.Client, store: Path) -> None:
+def key_in_flight_is_claimed_on_the_other(a: httpx.Client, b: httpx.Client, store: str) -> None:
     """A stream under a key runs on ``a``: the same key on ``b`` is in progress there."""
     key = {"Idempotency-Key": "streaming-key"}
     body = ask(**ENDLESS, stream=True)

@@ -1,4 +1,5 @@
-"""Tasks, event replay, conversations, idempotency and scoped tokens over HTTP (real model)."""
+"""Tasks, event replay, conversations, idempotency and scoped tokens over HTTP (real model),
+on a server with a SQLite store and on one with a PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import EDITOR_TOKEN, LIVE_PARALLEL, READER_TOKEN, LiveServer
+from tests.conftest import (
+    EDITOR_TOKEN,
+    LIVE_PARALLEL,
+    READER_TOKEN,
+    STORE_KINDS,
+    LiveServer,
+    live_server_on,
+)
 from tests.helpers import eventually
 from tests.server.helpers import (
     Event,
@@ -27,6 +35,17 @@ FINAL = {"response.completed", "response.incomplete", "response.failed", "respon
 
 def text_of(response: dict[str, Any]) -> str:
     return "".join(part["text"] for item in response["output"] for part in item.get("content", []))
+
+
+@pytest.fixture(scope="module", params=STORE_KINDS)
+def live_server(
+    request: pytest.FixtureRequest,
+    live_server: LiveServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LiveServer]:
+    """The live server of the session (SQLite), then one on PostgreSQL."""
+    with live_server_on(request.param, live_server, request, tmp_path_factory) as server:
+        yield server
 
 
 @pytest.fixture
@@ -419,7 +438,7 @@ def test_key_while_the_first_sync_request_runs_is_idempotency_in_progress(
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(post)
         eventually(
-            lambda: "key-running-1" in claimed_keys(live_server.default_store),
+            lambda: "key-running-1" in claimed_keys(live_server.store),
             what="the first request's key claimed",
         )
         second = post()

@@ -13,13 +13,13 @@ from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
 from lmsp_jupyter.protocol.tasks import Task
+from lmsp_jupyter.service.database import Database
 from lmsp_jupyter.service.leases import Lease
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
 from lmsp_jupyter.service.store import (
     LeaseRecords,
     ResponseRecords,
-    Store,
     StoredEvent,
     TaskRecords,
 )
@@ -59,7 +59,7 @@ def request(**fields: Any) -> ResponseRequest:
     return parse_response_request({"model": MODEL, "input": "Hi", "temperature": 0, **fields})
 
 
-def service_of(engine: Any, store: Store | None = None) -> ResponseService:
+def service_of(engine: Any, store: Database | None = None) -> ResponseService:
     """A response service over the bundled model's catalog, running on ``engine``."""
     records = ResponseRecords(store) if store is not None else None
     return ResponseService(
@@ -68,7 +68,7 @@ def service_of(engine: Any, store: Store | None = None) -> ResponseService:
 
 
 def services(
-    engine: Any, store: Store, *, lease_seconds: float = 30.0
+    engine: Any, store: Database, *, lease_seconds: float = 30.0
 ) -> tuple[ResponseService, TaskService]:
     """The response and task services over ``engine``, storing in ``store``, under a lease of
     their own (a server process's) of ``lease_seconds``, taken."""

@@ -23,13 +23,13 @@ from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, Response
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.server.sse import sse_frame
 from lmsp_jupyter.service.channel import Interrupted
+from lmsp_jupyter.service.database import store_problem
 from lmsp_jupyter.service.idempotency import Action, Claim, IdempotencyKeys
 from lmsp_jupyter.service.store import (
     IdempotencyRecords,
     Store,
     StoredEvent,
     TaskRecords,
-    store_problem,
 )
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL
@@ -339,11 +339,7 @@ def keyed_create(tasks: TaskService, body: dict[str, Any], *, then_die: bool = F
     """The task endpoint's action: the key's answer is kept in the task's own transaction."""
 
     async def create(claim: Claim | None) -> tuple[int, str]:
-        def keep(db: sqlite3.Connection, task: Task) -> None:
-            assert claim is not None
-            claim.keep(db, 202, task.model_dump_json())
-
-        task = await tasks.create(body, "jupyter", keep)
+        task = await tasks.create(body, "jupyter", claim)
         if then_die:
             raise Killed
         return 202, task.model_dump_json()

@@ -1,8 +1,9 @@
-"""Several servers on one store file: each runs its own tasks under a lease, and only what a
-gone server held (its lease lapsed or released) is ended by another.
+"""Several servers on one store: each runs its own tasks under a lease, and only what a gone
+server held (its lease lapsed or released) is ended by another; a task is followed and
+cancelled from any of them. Each test runs on a SQLite file and on a PostgreSQL database.
 
 Each "server" here is a task service with a store of its own (its own connections) on one
-SQLite file; a server that died is what a killed one leaves in the file: its lease row and its
+store; a server that died is what a killed one leaves in the store: its lease row and its
 unfinished task.
 """
 
@@ -20,7 +21,7 @@ import pytest
 
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
-from lmsp_jupyter.service.channel import Interrupted
+from lmsp_jupyter.service.database import Database, Row, open_store
 from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
@@ -33,7 +34,7 @@ from lmsp_jupyter.service.store import (
     TaskRecords,
 )
 from lmsp_jupyter.service.tasks import TaskService
-from tests.conftest import MODEL
+from tests.conftest import MODEL, Stores
 from tests.doubles import ScriptedEngine
 from tests.helpers import eventually_async
 from tests.service.helpers import follow_all, services, wait_final
@@ -44,16 +45,17 @@ BODY: dict[str, Any] = {"type": "response", "request": {"model": MODEL, "input":
 LONG = 3600.0
 
 
-def server(path: Path, *, deltas: int = 3, delay: float = 0.0, lease: float = LONG) -> TaskService:
-    """A server's task service on the store file ``path``, its lease taken."""
+def server(
+    store: Database, *, deltas: int = 3, delay: float = 0.0, lease: float = LONG
+) -> TaskService:
+    """A server's task service on ``store``, its lease taken."""
     engine = ScriptedEngine(deltas=["a"] * deltas, delay=delay)
-    return services(engine, Store(path), lease_seconds=lease)[1]
+    return services(engine, store, lease_seconds=lease)[1]
 
 
-def dead_server(path: Path, *, lapsed: bool) -> tuple[str, str]:
+def dead_server(store: Database, *, lapsed: bool) -> tuple[str, str]:
     """What a killed server leaves: its lease (``lapsed`` or not yet) and one task it was
     running, two events in; returns the holder and the task id."""
-    store = Store(path)
     at = time.time()
     LeaseRecords(store).hold(
         "dead", host="h", pid=1, started_at=at, at=at, until=at - 1 if lapsed else at + LONG
@@ -83,8 +85,8 @@ def assert_ids_from_1_one_final_last(events: list[StoredEvent]) -> None:
 # --- the rule in the store ------------------------------------------------------------------------
 
 
-def test_a_holders_work_is_ended_only_once_its_lease_has_expired(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_a_holders_work_is_ended_only_once_its_lease_has_expired(stores: Stores) -> None:
+    store = stores.open(stores.new())
     leases, records = LeaseRecords(store), TaskRecords(store)
     assert not leases.hold("a", host="h", pid=1, started_at=0, at=0, until=100)  # taken
     records.insert(
@@ -92,7 +94,7 @@ def test_a_holders_work_is_ended_only_once_its_lease_has_expired(tmp_path: Path)
         metadata={}, at=0,
     )  # fmt: skip
 
-    def ending(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+    def ending(row: Row) -> tuple[StoredEvent, FinalState]:
         return StoredEvent(1, "response.failed", "{}"), FinalState("failed", None, None, 0)
 
     assert leases.end_gone(99.9, ending) == 0
@@ -105,11 +107,12 @@ def test_a_holders_work_is_ended_only_once_its_lease_has_expired(tmp_path: Path)
     assert not leases.hold("a", host="h", pid=1, started_at=0, at=300, until=400)  # lapsed
 
 
-def test_the_writes_of_a_task_another_server_ended_are_refused(tmp_path: Path) -> None:
-    holder, task_id = dead_server(tmp_path / "s.db", lapsed=True)
-    other = server(tmp_path / "s.db")
+def test_the_writes_of_a_task_another_server_ended_are_refused(stores: Stores) -> None:
+    url = stores.new()
+    holder, task_id = dead_server(stores.open(url), lapsed=True)
+    other = server(stores.open(url))
     assert other.recover() == 1
-    records = TaskRecords(Store(tmp_path / "s.db"))
+    records = TaskRecords(stores.open(url))
     with pytest.raises(TaskLost):
         records.append(task_id, holder, StoredEvent(3, "response.created", "{}"))
     with pytest.raises(TaskLost):  # nor may another holder write a task not its own
@@ -120,16 +123,17 @@ def test_the_writes_of_a_task_another_server_ended_are_refused(tmp_path: Path) -
 
 
 async def test_a_live_servers_running_task_survives_another_servers_start_and_completes(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    first = server(tmp_path / "s.db", deltas=20, delay=0.02)
+    url = stores.new()
+    first = server(stores.open(url), deltas=20, delay=0.02)
     task = await first.create(BODY, OWNER)
 
     async def running() -> bool:
         return first.get(task.id, OWNER).last_event_id >= 3
 
     await eventually_async(running, what="the task running")
-    second = server(tmp_path / "s.db")
+    second = server(stores.open(url))
     assert second.recover() == 0
     assert second.renew() == 0
     assert second.get(task.id, OWNER).status == "in_progress"
@@ -140,14 +144,15 @@ async def test_a_live_servers_running_task_survives_another_servers_start_and_co
 
 
 async def test_a_gone_servers_task_is_left_while_its_lease_holds_then_failed(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    _, task_id = dead_server(tmp_path / "s.db", lapsed=False)
-    other = server(tmp_path / "s.db")
+    url, lapsed_url = stores.new(), stores.new()
+    _, task_id = dead_server(stores.open(url), lapsed=False)
+    other = server(stores.open(url))
     assert other.recover() == 0
     assert other.get(task_id, OWNER).status == "in_progress"
-    _, lapsed_id = dead_server(tmp_path / "t.db", lapsed=True)
-    later = server(tmp_path / "t.db")
+    _, lapsed_id = dead_server(stores.open(lapsed_url), lapsed=True)
+    later = server(stores.open(lapsed_url))
     assert later.recover() == 1
     task = later.get(lapsed_id, OWNER)
     assert task.status == "failed"
@@ -159,14 +164,15 @@ async def test_a_gone_servers_task_is_left_while_its_lease_holds_then_failed(
 
 
 async def test_a_servers_lease_lapses_when_it_stops_renewing_and_then_its_tasks_fail(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    gone = server(tmp_path / "s.db", lease=0.2)  # renews no more: as if killed after starting
+    url = stores.new()
+    gone = server(stores.open(url), lease=0.2)  # renews no more: as if killed after starting
     gone.records.insert(
         task_id="t", owner=OWNER, holder=gone.lease.holder, model=MODEL, response_id="r",
         request="{}", metadata={}, at=1,
     )  # fmt: skip
-    other = server(tmp_path / "s.db")
+    other = server(stores.open(url))
 
     async def failed() -> bool:
         other.renew()
@@ -176,10 +182,11 @@ async def test_a_servers_lease_lapses_when_it_stops_renewing_and_then_its_tasks_
 
 
 async def test_a_server_stopping_cleanly_fails_what_it_cut_short_and_nothing_of_the_others(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    stopping = server(tmp_path / "s.db", deltas=500, delay=0.02)
-    staying = server(tmp_path / "s.db", deltas=500, delay=0.02)
+    url = stores.new()
+    stopping = server(stores.open(url), deltas=500, delay=0.02)
+    staying = server(stores.open(url), deltas=500, delay=0.02)
     cut = await stopping.create(BODY, OWNER)
     kept = await staying.create(BODY, OWNER)
     await stopping.close()
@@ -193,12 +200,13 @@ async def test_a_server_stopping_cleanly_fails_what_it_cut_short_and_nothing_of_
 
 
 async def test_a_server_whose_lease_lapsed_stops_a_task_another_server_failed(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    stalled = server(tmp_path / "s.db", deltas=500, delay=0.02, lease=0.2)
+    url = stores.new()
+    stalled = server(stores.open(url), deltas=500, delay=0.02, lease=0.2)
     task = await stalled.create(BODY, OWNER)
     follower = asyncio.create_task(follow_all(stalled, task.id))
-    other = server(tmp_path / "s.db")
+    other = server(stores.open(url))
 
     async def failed() -> bool:
         return other.recover() == 1
@@ -217,50 +225,87 @@ async def test_a_server_whose_lease_lapsed_stops_a_task_another_server_failed(
     assert (await wait_final(stalled, again.id)).status == "cancelled"
 
 
-async def test_another_servers_running_task_is_read_from_the_store(tmp_path: Path) -> None:
-    running = server(tmp_path / "s.db", deltas=20, delay=0.05)
-    reader = server(tmp_path / "s.db")
+async def running_elsewhere(
+    stores: Stores, *, deltas: int, delay: float
+) -> tuple[TaskService, TaskService, Task]:
+    """Two servers on one new store, and a task running on the first, three events in as the
+    second reads it."""
+    url = stores.new()
+    running = server(stores.open(url), deltas=deltas, delay=delay)
+    other = server(stores.open(url))
     task = await running.create(BODY, OWNER)
 
     async def started() -> bool:
-        return reader.get(task.id, OWNER).last_event_id >= 3
+        return other.get(task.id, OWNER).last_event_id >= 3
 
     await eventually_async(started, what="the task running")
+    return running, other, task
+
+
+async def test_another_servers_running_task_is_followed_live_from_the_store(
+    stores: Stores,
+) -> None:
+    running, reader, task = await running_elsewhere(stores, deltas=20, delay=0.05)
     response = reader.response(task.response_id, OWNER)
     assert (response.id, response.status, response.model) == (
         task.response_id,
         "in_progress",
         MODEL,
     )
-    so_far = await follow_all(reader, task.id)
-    assert isinstance(so_far[-1], Interrupted)  # what is stored, then an error to resume from
-    stored = so_far[:-1]
-    assert [e.id for e in stored] == list(range(1, len(stored) + 1)) and len(stored) >= 3
-    assert so_far[-1].last_id == stored[-1].id
-    await wait_final(running, task.id)
-    rest = await follow_all(reader, task.id, so_far[-1].last_id)
+    from_start, resumed = await asyncio.gather(
+        follow_all(reader, task.id), follow_all(reader, task.id, 2)
+    )
     everything = await follow_all(running, task.id)
-    assert [*stored, *rest] == everything
+    assert from_start == everything  # every event, once each, the final one last
+    assert resumed == everything[2:]
     assert_ids_from_1_one_final_last(everything)
+    assert everything[-1].event == "response.completed"
     assert reader.response(task.response_id, OWNER) == running.response(task.response_id, OWNER)
+
+
+async def test_a_task_is_cancelled_from_another_server(stores: Stores) -> None:
+    running, other, task = await running_elsewhere(stores, deltas=5000, delay=0.01)
+    follower = asyncio.create_task(follow_all(other, task.id))
+    assert other.cancel(task.id, OWNER).status == "in_progress"  # asked; its server stops it
+    done = await wait_final(other, task.id)
+    assert done.status == "cancelled"
+    followed = await follower
+    assert followed == await follow_all(running, task.id)
+    assert_ids_from_1_one_final_last(followed)
+    assert followed[-1].event == "response.cancelled"
+
+
+async def test_a_queued_task_is_cancelled_from_another_server_at_its_servers_next_renewal(
+    stores: Stores,
+) -> None:
+    url = stores.new()
+    running = server(stores.open(url), deltas=5000, delay=0.01)
+    other = server(stores.open(url))
+    first = await running.create(BODY, OWNER)  # holds the model's one slot
+    waiting = await running.create(BODY, OWNER)
+    assert other.get(waiting.id, OWNER).status == "queued"
+    other.cancel(waiting.id, OWNER)
+    assert running.renew() == 0
+    done = other.get(waiting.id, OWNER)
+    assert done.status == "cancelled" and done.started_at is None
+    running.cancel(first.id, OWNER)
+    assert (await wait_final(running, first.id)).status == "cancelled"
 
 
 # --- idempotency keys ----------------------------------------------------------------------------
 
 
-async def test_a_key_in_flight_on_a_live_server_stays_claimed_on_another(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    first_tasks, second_tasks = server(path), server(path)
-    first = IdempotencyKeys(IdempotencyRecords(Store(path)), first_tasks.lease.holder)
-    second = IdempotencyKeys(IdempotencyRecords(Store(path)), second_tasks.lease.holder)
+async def test_a_key_in_flight_on_a_live_server_stays_claimed_on_another(stores: Stores) -> None:
+    url = stores.new()
+    first_tasks, second_tasks = server(stores.open(url)), server(stores.open(url))
+    first = IdempotencyKeys(IdempotencyRecords(stores.open(url)), first_tasks.lease.holder)
+    second = IdempotencyKeys(IdempotencyRecords(stores.open(url)), second_tasks.lease.holder)
     gate = asyncio.Event()
 
     async def slow_create(claim: Claim | None) -> tuple[int, str]:
         await gate.wait()
         assert claim is not None
-        task = await first_tasks.create(
-            BODY, OWNER, lambda db, t: claim.keep(db, 202, t.model_dump_json())
-        )
+        task = await first_tasks.create(BODY, OWNER, claim)
         return 202, task.model_dump_json()
 
     async def never(claim: Claim | None) -> tuple[int, str]:
@@ -282,13 +327,13 @@ async def test_a_key_in_flight_on_a_live_server_stays_claimed_on_another(tmp_pat
 
 
 async def test_a_key_in_flight_on_a_gone_server_is_free_once_its_lease_lapsed(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    path = tmp_path / "s.db"
-    records = IdempotencyRecords(Store(path))
-    dead_server(path, lapsed=False)
+    url, lapsed = stores.new(), stores.new()
+    records = IdempotencyRecords(stores.open(url))
+    dead_server(stores.open(url), lapsed=False)
     assert records.claim(OWNER, "k", "print", "dead", int(time.time()), 0)
-    keys = IdempotencyKeys(records, server(path).lease.holder)
+    keys = IdempotencyKeys(records, server(stores.open(url)).lease.holder)
 
     async def answer(claim: Claim | None) -> tuple[int, str]:
         return 200, "{}"
@@ -296,10 +341,13 @@ async def test_a_key_in_flight_on_a_gone_server_is_free_once_its_lease_lapsed(
     with pytest.raises(LmspError) as info:
         await keys.once(OWNER, "k", "print", answer, wait_if_running=False)
     assert info.value.code == "idempotency_in_progress"
-    lapsed = tmp_path / "t.db"
-    dead_server(lapsed, lapsed=True)
-    assert IdempotencyRecords(Store(lapsed)).claim(OWNER, "k", "print", "dead", int(time.time()), 0)
-    later = IdempotencyKeys(IdempotencyRecords(Store(lapsed)), server(lapsed).lease.holder)
+    dead_server(stores.open(lapsed), lapsed=True)
+    assert IdempotencyRecords(stores.open(lapsed)).claim(
+        OWNER, "k", "print", "dead", int(time.time()), 0
+    )
+    later = IdempotencyKeys(
+        IdempotencyRecords(stores.open(lapsed)), server(stores.open(lapsed)).lease.holder
+    )
     outcome = await later.once(OWNER, "k", "print", answer, wait_if_running=False)
     assert outcome is not None and not outcome.replayed
     assert not records.claim(OWNER, "k", "print", "other", int(time.time()), 0)  # one claim wins
@@ -308,17 +356,17 @@ async def test_a_key_in_flight_on_a_gone_server_is_free_once_its_lease_lapsed(
 # --- processes at once --------------------------------------------------------------------------
 
 
-def failed_ending(row: sqlite3.Row) -> tuple[StoredEvent, FinalState]:
+def failed_ending(row: Row) -> tuple[StoredEvent, FinalState]:
     """A final event for a gone server's task (none is gone in the test below)."""
     final = FinalState("failed", None, None, 0)
     return StoredEvent(row["last_event_id"] + 1, "response.failed", "{}"), final
 
 
-def busy_server(path: str, holder: str, events: int, go: Any) -> None:
+def busy_server(url: str, holder: str, events: int, go: Any) -> None:
     """A process that opens the store (new, or being created), takes its lease and writes a
     task's events one transaction each, renewing and recovering every 50."""
     go.wait()
-    store = Store(Path(path))
+    store = open_store(url)
     leases, records = LeaseRecords(store), TaskRecords(store)
 
     def renew() -> None:
@@ -335,16 +383,17 @@ def busy_server(path: str, holder: str, events: int, go: Any) -> None:
         records.append(holder, holder, StoredEvent(event_id, "response.output_text.delta", "{}"))
         if event_id % 50 == 0:
             renew()
+    store.close()
 
 
 def test_servers_creating_and_writing_one_store_at_once_never_find_it_locked(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
     spawn = multiprocessing.get_context("spawn")
     go = spawn.Event()
-    path, holders = tmp_path / "s.db", ["a", "b", "c"]
+    url, holders = stores.new(), ["a", "b", "c"]
     processes = [
-        spawn.Process(target=busy_server, args=(str(path), holder, 300, go)) for holder in holders
+        spawn.Process(target=busy_server, args=(url, holder, 300, go)) for holder in holders
     ]
     for process in processes:
         process.start()
@@ -352,7 +401,7 @@ def test_servers_creating_and_writing_one_store_at_once_never_find_it_locked(
     for process in processes:
         process.join()
     assert [process.exitcode for process in processes] == [0, 0, 0]  # no "database is locked"
-    records = TaskRecords(Store(path))
+    records = TaskRecords(stores.open(url))
     for holder in holders:
         assert [e.id for e in records.events_after(holder, 0)] == list(range(1, 301))
 
@@ -378,7 +427,7 @@ def test_a_version_2_files_unfinished_task_and_key_in_flight_are_no_ones(tmp_pat
             (OWNER, int(time.time())),
         )
         old.commit()
-    tasks = server(path)
+    tasks = server(Store(path))
     assert tasks.records.store.schema_version == len(MIGRATIONS)
     assert tasks.recover() == 1
     assert tasks.get("task_1", OWNER).status == "failed"

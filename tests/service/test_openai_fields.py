@@ -1,10 +1,8 @@
 """Section 11.1 fields the service resolves itself: ``item_reference`` to an item of a stored
 response, ``instructions`` (not carried on by ``previous_response_id``) and ``metadata`` on the
-response and on its task (scripted engine, real SQLite store)."""
+response and on its task (scripted engine; a real SQLite store, and a PostgreSQL one)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -13,13 +11,13 @@ from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.events import ResponseCompleted
 from lmsp_jupyter.protocol.items import OutputMessage
 from lmsp_jupyter.service.responses import ResponseService
-from lmsp_jupyter.service.store import Store
+from tests.conftest import Stores
 from tests.doubles import ScriptedEngine
 from tests.service.helpers import request, services
 
 
-async def stored_answer(engine: ScriptedEngine, tmp_path: Path) -> tuple[ResponseService, str]:
-    responses, _ = services(engine, Store(tmp_path / "s.db"))
+async def stored_answer(engine: ScriptedEngine, stores: Stores) -> tuple[ResponseService, str]:
+    responses, _ = services(engine, stores.open(stores.new()))
     run = await responses.start(request(input="The sky?", store=True))
     response = await responses.complete(run)
     (message,) = response.output
@@ -27,9 +25,9 @@ async def stored_answer(engine: ScriptedEngine, tmp_path: Path) -> tuple[Respons
     return responses, message.id
 
 
-async def test_an_item_reference_brings_the_stored_item_into_the_prompt(tmp_path: Path) -> None:
+async def test_an_item_reference_brings_the_stored_item_into_the_prompt(stores: Stores) -> None:
     engine = ScriptedEngine(deltas=("Blue", "."))
-    responses, item_id = await stored_answer(engine, tmp_path)
+    responses, item_id = await stored_answer(engine, stores)
     reference = {"type": "item_reference", "id": item_id}
     run = await responses.start(request(input=[reference, {"role": "user", "content": "Why?"}]))
     assert [(m.role, m.content) for m in engine.prompts[-1]] == [
@@ -39,8 +37,8 @@ async def test_an_item_reference_brings_the_stored_item_into_the_prompt(tmp_path
     assert run.request.input[0].type == "item_reference"
 
 
-async def test_an_unknown_item_reference_is_response_not_found(tmp_path: Path) -> None:
-    responses, _ = await stored_answer(ScriptedEngine(deltas=("x",)), tmp_path)
+async def test_an_unknown_item_reference_is_response_not_found(stores: Stores) -> None:
+    responses, _ = await stored_answer(ScriptedEngine(deltas=("x",)), stores)
     reference = {"type": "item_reference", "id": "msg_01J8M6Q4W2T7N5R3V9X1Z8B0DF"}
     with pytest.raises(LmspError) as info:
         await responses.start(request(input=[reference]))
@@ -51,9 +49,9 @@ async def test_an_unknown_item_reference_is_response_not_found(tmp_path: Path) -
     )
 
 
-async def test_instructions_lead_the_prompt_and_are_not_carried_on(tmp_path: Path) -> None:
+async def test_instructions_lead_the_prompt_and_are_not_carried_on(stores: Stores) -> None:
     engine = ScriptedEngine(deltas=("Hi",))
-    responses, _ = services(engine, Store(tmp_path / "s.db"))
+    responses, _ = services(engine, stores.open(stores.new()))
     responses.models.conversations = True  # responses are stored here
     first = await responses.complete(
         await responses.start(request(instructions="Be brief.", store=True))
@@ -67,8 +65,8 @@ async def test_instructions_lead_the_prompt_and_are_not_carried_on(tmp_path: Pat
     assert [m.role for m in engine.prompts[-1]] == ["user", "assistant", "user"]
 
 
-async def test_metadata_is_on_the_response_and_on_its_task(tmp_path: Path) -> None:
-    responses, tasks = services(ScriptedEngine(deltas=("x",)), Store(tmp_path / "s.db"))
+async def test_metadata_is_on_the_response_and_on_its_task(stores: Stores) -> None:
+    responses, tasks = services(ScriptedEngine(deltas=("x",)), stores.open(stores.new()))
     metadata = {"notebook": "a.ipynb", "cell": "3"}
     run = await responses.start(request(metadata=metadata))
     events = [event async for event in responses.events(run, CancelToken())]

@@ -1,4 +1,5 @@
-"""The SQLite store: schema versions, WAL, durable events, purge."""
+"""The stores: schema versions, durable events, purge, on a SQLite file and on PostgreSQL;
+WAL and the migration of older files, SQLite's own."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from lmsp_jupyter.service.database import masked, open_store
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
     FinalState,
+    ResponseRecords,
     Store,
     StoredEvent,
     TaskRecords,
 )
+from tests.conftest import Stores
 
 #: The process that runs the tasks of these tests.
 HOLDER = "h"
@@ -35,12 +41,19 @@ def test_a_new_store_is_at_the_latest_schema_version_in_wal_mode(tmp_path: Path)
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_reopening_keeps_the_data_and_runs_no_migration_twice(tmp_path: Path) -> None:
-    path = tmp_path / "lmsp.sqlite3"
-    tasks = TaskRecords(Store(path))
+def test_reopening_keeps_the_data_and_runs_no_migration_twice(stores: Stores) -> None:
+    url = stores.new()
+    tasks = TaskRecords(stores.open(url))
+    version = tasks.store.schema_version
+    if stores.kind == "sqlite":
+        assert version == len(MIGRATIONS)
+    else:
+        from lmsp_jupyter.service.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
+
+        assert version == len(POSTGRES_MIGRATIONS)
     tasks.insert(**TASK)
-    reopened = TaskRecords(Store(path))
-    assert reopened.store.schema_version == len(MIGRATIONS)
+    reopened = TaskRecords(stores.open(url))
+    assert reopened.store.schema_version == version
     row = reopened.get("task_1")
     assert row is not None
     assert row["status"] == "queued"
@@ -62,8 +75,8 @@ def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Pa
     assert other.execute("SELECT last_event_id FROM tasks").fetchone() == (1,)
 
 
-def test_the_final_event_and_the_tasks_end_are_one_write(tmp_path: Path) -> None:
-    tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
+def test_the_final_event_and_the_tasks_end_are_one_write(stores: Stores) -> None:
+    tasks = TaskRecords(stores.open(stores.new()))
     tasks.insert(**TASK)
     final = FinalState(status="completed", result="{}", error=None, at=5)
     tasks.append("task_1", HOLDER, StoredEvent(1, "response.completed", "{}"), final)
@@ -72,8 +85,8 @@ def test_the_final_event_and_the_tasks_end_are_one_write(tmp_path: Path) -> None
     assert (row["status"], row["completed_at"], row["last_event_id"]) == ("completed", 5, 1)
 
 
-def test_purge_drops_events_first_then_tasks(tmp_path: Path) -> None:
-    tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
+def test_purge_drops_events_first_then_tasks(stores: Stores) -> None:
+    tasks = TaskRecords(stores.open(stores.new()))
     tasks.insert(**TASK)
     final = FinalState(status="completed", result="{}", error=None, at=10)
     tasks.append("task_1", HOLDER, StoredEvent(1, "response.completed", "{}"), final)
@@ -106,8 +119,8 @@ def test_a_version_1_file_gets_the_metadata_of_its_tasks_requests(tmp_path: Path
     assert [row["metadata"] for row in rows if row] == ['{"cell":"c1"}', "{}"]
 
 
-def test_newest_keeps_the_tasks_having_every_given_pair(tmp_path: Path) -> None:
-    tasks = TaskRecords(Store(tmp_path / "lmsp.sqlite3"))
+def test_newest_keeps_the_tasks_having_every_given_pair(stores: Stores) -> None:
+    tasks = TaskRecords(stores.open(stores.new()))
     given = {
         "task_1": {"notebook": "a.ipynb", "cell": "c1"},
         "task_2": {"notebook": "a.ipynb", "cell": "c2"},
@@ -136,3 +149,25 @@ def test_newest_keeps_the_tasks_having_every_given_pair(tmp_path: Path) -> None:
     assert ids({"notebook": "A.ipynb"}) == []  # exact, case included
     assert ids({"notebook": "a.ipynb", "kernel": "k"}) == []  # every given key must match
     assert ids({"notebook": "a.ipynb"}, owner="other") == []
+
+
+def test_a_stored_response_is_saved_again_in_place_and_read_by_owner(stores: Stores) -> None:
+    responses = ResponseRecords(stores.open(stores.new()))
+    responses.save(response_id="resp_1", owner="o", at=1, context="[]", response='{"a":1}')
+    responses.save(response_id="resp_1", owner="o", at=2, context="[]", response='{"a":2}')
+    row = responses.get("resp_1", "o")
+    assert row is not None and (row["created_at"], row["response"]) == (2, '{"a":2}')
+    assert responses.get("resp_1", "other") is None
+    assert [r["id"] for r in responses.with_item('{"a', "o")] == []  # a quoted id, not a prefix
+    assert responses.purge(3) == 1
+
+
+def test_a_store_url_opens_its_backend_and_the_log_never_shows_a_password() -> None:
+    assert masked("postgresql://me:s3cret@db.example:5432/lmsp?sslmode=require") == (
+        "postgresql://me:***@db.example:5432/lmsp?sslmode=require"
+    )
+    assert masked("postgresql://me@db/lmsp") == "postgresql://me@db/lmsp"
+    with pytest.raises(ValueError, match="scheme"):
+        open_store("mysql://db/lmsp")
+    with pytest.raises(ValueError, match="sqlite:///"):
+        open_store("sqlite://relative")

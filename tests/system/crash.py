@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from benchmarks.harness.sse import aiter_events
+from lmsp_jupyter.service.database import Row, open_store
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
 from tests.helpers import eventually
 
@@ -98,11 +99,18 @@ class CrashRun:
     """One data directory, many kill points."""
 
     def __init__(
-        self, tmp: Path, seed: int, *, max_output_tokens: int = 8, clients: int = 6
+        self,
+        tmp: Path,
+        seed: int,
+        *,
+        max_output_tokens: int = 8,
+        clients: int = 6,
+        store_url: str | None = None,
     ) -> None:
         self.tmp = tmp
         self.rng = random.Random(seed)
-        self.store = tmp / "data" / "lmsp.sqlite3"
+        #: The store every restart shares (default: a SQLite file in ``tmp``).
+        self.store_url = store_url or f"sqlite:///{tmp / 'data' / 'lmsp.sqlite3'}"
         self.max_output_tokens = max_output_tokens
         self.clients = clients
         self.figures = Figures()
@@ -138,19 +146,22 @@ class CrashRun:
     def _start(self) -> None:
         """Restart the server on the store, and wait until the killed one's lease has lapsed
         and the new one has ended what it held (its tasks failed, its keys in flight freed)."""
-        config = {"LmspApp": {"store_path": str(self.store), **LEASE}}
+        config = {"LmspApp": {"store_url": self.store_url, **LEASE}}
         self._server = start_server(self.tmp / f"run{self.figures.kill_points}", config=config)
         eventually(self._settled, what="the killed server's tasks and keys ended")
 
+    def _rows(self, sql: str) -> list[Row]:
+        """What a read of the store gives, as the killed server left it."""
+        store = open_store(self.store_url)
+        try:
+            return store.fetchall(sql)
+        finally:
+            store.close()
+
     def _settled(self) -> bool:
-        with contextlib.closing(sqlite3.connect(self.store)) as db:
-            unfinished: int = db.execute(
-                "SELECT count(*) FROM tasks WHERE status IN ('queued', 'in_progress')"
-            ).fetchone()[0]
-            in_flight: int = db.execute(
-                "SELECT count(*) FROM idempotency WHERE status IS NULL"
-            ).fetchone()[0]
-        return unfinished == 0 and in_flight == 0
+        unfinished = self._rows("SELECT id FROM tasks WHERE status IN ('queued', 'in_progress')")
+        in_flight = self._rows("SELECT key FROM idempotency WHERE status IS NULL")
+        return not unfinished and not in_flight
 
     def _kill(self) -> None:
         assert self._server is not None
@@ -159,7 +170,10 @@ class CrashRun:
         self._server = None
 
     def _integrity(self) -> None:
-        with contextlib.closing(sqlite3.connect(self.store)) as db:
+        if not self.store_url.startswith("sqlite:///"):
+            return  # PostgreSQL checks its own pages; the checks above read every row
+        path = self.store_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
             result = db.execute("PRAGMA integrity_check").fetchone()[0]
         if result != "ok":
             raise Violation(f"integrity_check: {result}")
@@ -315,10 +329,10 @@ class CrashRun:
     async def _check_tasks(self, client: httpx.AsyncClient) -> None:
         """Every task is final with one final event, ids from 1 without a gap, and replays every
         event any client received, the same; no key made two tasks."""
-        with contextlib.closing(sqlite3.connect(self.store)) as db:
-            rows = db.execute(
-                "SELECT id, json_extract(metadata, '$.key') FROM tasks ORDER BY created_at"
-            ).fetchall()
+        rows = [
+            (row["id"], json.loads(row["metadata"]).get("key"))
+            for row in self._rows("SELECT id, metadata FROM tasks ORDER BY created_at, id")
+        ]
         self.figures.tasks = len(rows)
         per_key: dict[str, list[str]] = {}
         for task_id, key in rows:
@@ -358,10 +372,10 @@ class CrashRun:
         """No key is stuck: each key of the round just killed works again with its body, and
         gives back the answer its client was given (a stream its client got whole)."""
         keys, self._fresh_keys = self._fresh_keys, []
-        with contextlib.closing(sqlite3.connect(self.store)) as db:
-            tasks_of = dict(
-                db.execute("SELECT json_extract(metadata, '$.key'), id FROM tasks").fetchall()
-            )
+        tasks_of = {
+            json.loads(row["metadata"]).get("key"): row["id"]
+            for row in self._rows("SELECT id, metadata FROM tasks")
+        }
         await asyncio.gather(*(self._retry(client, key, tasks_of.get(key)) for key in keys))
         self.figures.checks.keys += len(keys)
 

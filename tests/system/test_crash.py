@@ -1,7 +1,8 @@
 """Crash consistency as a standing suite (see ``tests/system/crash.py``).
 
-CI runs a few seeded kill points; ``LMSP_CRASH_LONG=1`` runs the long form by hand
-(``docs/reliability.md``): 30 kill points on one data directory.
+CI runs a few seeded kill points, on a SQLite store and on a PostgreSQL one;
+``LMSP_CRASH_LONG=1`` runs the long form by hand (``docs/reliability.md``): 30 kill points on
+one data directory.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tests.conftest import Stores
 from tests.system.crash import CrashRun
 
 LONG = os.environ.get("LMSP_CRASH_LONG") == "1"
@@ -16,8 +18,8 @@ KILL_POINTS = 30 if LONG else 3
 SEED = int(os.environ.get("LMSP_CRASH_SEED", "12"))
 
 
-def test_nothing_a_client_was_given_is_lost_across_sigkills(tmp_path: Path) -> None:
-    figures = CrashRun(tmp_path, SEED).run(KILL_POINTS)
-    print(f"\ncrash consistency, seed {SEED}: {figures}")
+def test_nothing_a_client_was_given_is_lost_across_sigkills(tmp_path: Path, stores: Stores) -> None:
+    figures = CrashRun(tmp_path, SEED, store_url=stores.new()).run(KILL_POINTS)
+    print(f"\ncrash consistency on {stores.kind}, seed {SEED}: {figures}")
     assert figures.kill_points == KILL_POINTS
     assert figures.checks.tasks > 0 and figures.checks.keys > 0
