@@ -40,7 +40,7 @@ from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
 from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
-from ..service.database import Database, open_store
+from ..service.database import Database
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
@@ -53,6 +53,7 @@ from ..service.store import (
     TaskRecords,
     now,
 )
+from ..service.stores import open_store
 from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
 from .auth import ScopedTokens
 from .ollama_listener import ListenerError, OllamaListener

@@ -1,5 +1,5 @@
-"""The store's interface: one database the record classes of :mod:`.store` write through, and
-the factory that opens it from ``LmspApp.store_url``.
+"""The store's interface: one database the record classes of :mod:`.store` write through
+(:func:`.stores.open_store` opens one from ``LmspApp.store_url``).
 
 Two implementations: one SQLite file (:class:`.store.Store`, a user's servers) and a
 PostgreSQL database through a connection pool (:class:`.postgres.PostgresStore`, service
@@ -13,7 +13,6 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,28 +74,6 @@ class Database(Protocol):
 
     def close(self) -> None:
         """Give its connections back."""
-
-
-def open_store(url: str) -> Database:
-    """The store at ``url``: ``sqlite:///relative/file``, ``sqlite:////absolute/file`` or
-    ``postgresql://user@host:port/dbname`` (any libpq URL; a password and the other
-    parameters may come from libpq's environment variables, ``PGPASSWORD`` and the rest)."""
-    scheme = url.partition(":")[0].lower()
-    if scheme == "sqlite":
-        if not url.startswith("sqlite:///"):
-            raise ValueError(f"a SQLite store URL is sqlite:///path, not {url!r}")
-        from .store import Store
-
-        return Store(Path(url.removeprefix("sqlite:///")).expanduser())
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from .postgres import PostgresStore
-        except ImportError as exc:
-            raise ValueError(
-                f"a PostgreSQL store needs psycopg ({exc}): pip install 'lmsp-jupyter[postgresql]'"
-            ) from None
-        return PostgresStore(url)
-    raise ValueError(f"unknown store URL scheme {scheme!r}: use sqlite:/// or postgresql://")
 
 
 def masked(url: str) -> str:

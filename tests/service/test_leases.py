@@ -21,7 +21,7 @@ import pytest
 
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
-from lmsp_jupyter.service.database import Database, Row, open_store
+from lmsp_jupyter.service.database import Database, Row
 from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
@@ -33,6 +33,7 @@ from lmsp_jupyter.service.store import (
     TaskLost,
     TaskRecords,
 )
+from lmsp_jupyter.service.stores import open_store
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL, Stores
 from tests.doubles import ScriptedEngine

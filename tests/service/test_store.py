@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.service.database import masked, open_store
+from lmsp_jupyter.service.database import masked
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
     FinalState,
@@ -18,6 +18,7 @@ from lmsp_jupyter.service.store import (
     StoredEvent,
     TaskRecords,
 )
+from lmsp_jupyter.service.stores import open_store
 from tests.conftest import Stores
 
 #: The process that runs the tasks of these tests.
