@@ -154,7 +154,9 @@ class OllamaEmbedRequest(_Lenient):
     truncate: bool = Field(default=True, description="Texts over the window are refused.")
     dimensions: int | None = Field(default=None, ge=1)
     options: dict[str, Any] | None = Field(default=None, description="Ignored.")
-    keep_alive: KeepAlive | None = Field(default=None, description="Ignored.")
+    keep_alive: KeepAlive | None = Field(
+        default=None, description="How long the model stays loaded once idle."
+    )
 
     def texts(self) -> list[str]:
         """``input`` as a list."""
@@ -167,7 +169,9 @@ class OllamaEmbeddingsRequest(_Lenient):
     model: str = Field(min_length=1, max_length=512)
     prompt: EmbeddingText
     options: dict[str, Any] | None = Field(default=None, description="Ignored.")
-    keep_alive: KeepAlive | None = Field(default=None, description="Ignored.")
+    keep_alive: KeepAlive | None = Field(
+        default=None, description="How long the model stays loaded once idle."
+    )
 
 
 class OllamaShowRequest(_Lenient):

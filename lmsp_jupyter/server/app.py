@@ -347,7 +347,10 @@ class LmspApp(ExtensionApp):
         )
         for notice in catalog.notices():
             self.log.warning("%s", notice)
-        self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
+        embedders = Embedders(LlamaEmbedder, settings.threads, self.embedding_models)
+        self.model_manager = self.model_manager_class(
+            self.engine, embedders=embedders, parent=self, log=self.log
+        )
         if self.lease_seconds <= self.lease_renew_seconds:
             raise TraitError(
                 f"LmspApp.lease_seconds ({self.lease_seconds:g}) must be more than "
@@ -363,7 +366,7 @@ class LmspApp(ExtensionApp):
             conversations=True,
             embedding_pooling=self.embedding_models,
         )
-        self.embeddings = EmbeddingService(models, Embedders(LlamaEmbedder, settings.threads))
+        self.embeddings = EmbeddingService(models, embedders)
         responses = ResponseService(
             models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
         )

@@ -19,6 +19,7 @@ from ..protocol.errors import LmspError
 from ..protocol.events import ResponseEvent
 from ..protocol.ollama import (
     OLLAMA_VERSION,
+    KeepAlive,
     OllamaChatRequest,
     OllamaEmbeddingsRequest,
     OllamaEmbedRequest,
@@ -85,9 +86,14 @@ class OllamaHandler(StreamingHandler):
             raise LmspError("payload_too_large", f"the body is over {limit} bytes")
         return parse_json_body(self.request.body or b"{}")
 
-    async def embed(self, name: str, texts: list[str], dimensions: int | None) -> Embeddings:
-        """The vectors of ``texts`` by the model Ollama's ``name`` means."""
-        embeddings = await self.embeddings.embed(self.ollama.entry(name), texts)
+    async def embed(
+        self, name: str, texts: list[str], dimensions: int | None, keep_alive: KeepAlive | None
+    ) -> Embeddings:
+        """The vectors of ``texts`` by the model Ollama's ``name`` means, which then stays
+        loaded for ``keep_alive``."""
+        embeddings = await self.embeddings.embed(
+            self.ollama.entry(name), texts, keep_alive=keep_alive_seconds(keep_alive)
+        )
         check_dimensions(embeddings, dimensions)
         return embeddings
 
@@ -221,7 +227,9 @@ class EmbedHandler(OllamaHandler):
     async def post(self) -> None:
         request = validate_request(OllamaEmbedRequest, self.body())
         stopwatch = Stopwatch()
-        embeddings = await self.embed(request.model, request.texts(), request.dimensions)
+        embeddings = await self.embed(
+            request.model, request.texts(), request.dimensions, request.keep_alive
+        )
         self.write_json(
             OllamaEmbedResponse(
                 model=request.model,
@@ -239,7 +247,7 @@ class EmbeddingsHandler(OllamaHandler):
 
     async def post(self) -> None:
         request = validate_request(OllamaEmbeddingsRequest, self.body())
-        embeddings = await self.embed(request.model, [request.prompt], None)
+        embeddings = await self.embed(request.model, [request.prompt], None, request.keep_alive)
         self.write_json(OllamaEmbeddingResponse(embedding=embeddings.vectors[0]))
 
 

@@ -28,19 +28,26 @@ class EmbeddingService:
         self.embedders = embedders
 
     async def embed(
-        self, entry: ModelEntry, texts: Sequence[str], *, param: str = "input"
+        self,
+        entry: ModelEntry,
+        texts: Sequence[str],
+        *,
+        param: str = "input",
+        keep_alive: float | None = None,
     ) -> Embeddings:
         """The vectors of ``texts`` (each within the embedding window, else
-        ``context_length_exceeded`` naming it in ``param``)."""
+        ``context_length_exceeded`` naming it in ``param``). The model is loaded to embed
+        through the model manager (in its memory budget, ``overloaded`` when it cannot fit);
+        ``keep_alive`` (seconds) replaces its keep-alive once idle."""
         if "embedding" not in self.models.capabilities(entry):
             raise LmspError(
                 "unsupported_capability",
                 f"model {entry.id!r} has no 'embedding' capability",
                 param="model",
             )
-        pooling = self.models.embedding_pooling.get(entry.id)
         try:
-            vectors, tokens = await self.embedders.embed(entry, pooling, texts)
+            async with self.models.manager.use(entry, keep_alive, role="embedding"):
+                vectors, tokens = await self.embedders.embed(entry, texts)
         except InputTooLong as exc:
             where = f"{param}[{exc.index}]" if len(texts) > 1 else param
             raise LmspError("context_length_exceeded", str(exc), param=where) from None
@@ -49,7 +56,7 @@ class EmbeddingService:
         return Embeddings(vectors, tokens)
 
     def close(self) -> None:
-        """Free the embedding models."""
+        """Free the embedding models the manager left loaded (those in use at shutdown)."""
         self.embedders.close()
 
 
