@@ -1,5 +1,5 @@
 """Embedding models under the model manager's rules, with a scripted engine and embedders that
-record what they load (the real model's side of this is in tests/server/test_embedding_lifecycle.py):
+record what they load (the real model's side: tests/server/test_embedding_lifecycle.py):
 counted in the memory budget beside generative models, evicted when idle, never in use, kept
 for their keep-alive and unloaded on close."""
 
@@ -60,9 +60,7 @@ def entries(tmp_path: Path) -> tuple[ModelEntry, ModelEntry]:
     return catalog.get("bge"), catalog.get("tiny")
 
 
-def managed(
-    recorder: Recorder, **traits: float
-) -> tuple[ModelManager, Embedders, ScriptedEngine]:
+def managed(recorder: Recorder, **traits: float) -> tuple[ModelManager, Embedders, ScriptedEngine]:
     embedders = Embedders(recorder, threads=1, pooling={"tiny": "mean"})
     engine = ScriptedEngine()
     return ModelManager(engine, embedders=embedders, **traits), embedders, engine
