@@ -324,8 +324,8 @@ class ModelManager(LoggingConfigurable):
     def _overload_detail(self, entry: ModelEntry, memory: int, others: list[_Resident]) -> str:
         loaded = (
             ", ".join(
-                f"{r.entry.id!r} ({r.role}, {_mb(r.memory)}, "
-                f"{'in use' if self._busy(r) else r.status})"
+                f"{r.entry.id!r} ({'embedding, ' if r.role == 'embedding' else ''}"
+                f"{_mb(r.memory)}, {'in use' if self._busy(r) else r.status})"
                 for r in others
             )
             or "none"
