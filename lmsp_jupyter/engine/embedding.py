@@ -50,8 +50,9 @@ class Embedder(Protocol):
         """The tokens of ``text``."""
         ...
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-        """The normalized vectors of ``texts`` and their tokens."""
+    def embed(self, texts: Sequence[str], truncate: bool = False) -> tuple[list[list[float]], int]:
+        """The normalized vectors of ``texts`` and their tokens; ``truncate``: each text cut to
+        the window first."""
         ...
 
     def close(self) -> None:
@@ -117,22 +118,27 @@ class Embedders:
             await asyncio.get_running_loop().run_in_executor(executor, model.close)
         executor.shutdown(wait=False)
 
-    async def embed(self, entry: ModelEntry, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    async def embed(
+        self, entry: ModelEntry, texts: Sequence[str], truncate: bool = False
+    ) -> tuple[list[list[float]], int]:
         """The normalized vectors of ``texts`` and their tokens, by ``entry`` loaded to embed
-        (:meth:`load`); a text over the window raises :class:`InputTooLong`."""
+        (:meth:`load`); a text over the window is cut to it with ``truncate``, else raises
+        :class:`InputTooLong`."""
         executor = self._executors.get(entry.id)
         if executor is None or entry.id not in self._models:
             raise EngineError(f"model {entry.id!r} is not loaded to embed")
         model = self._models[entry.id]
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, self._embed, model, list(texts))
+        return await loop.run_in_executor(executor, self._embed, model, list(texts), truncate)
 
-    def _embed(self, model: Embedder, texts: list[str]) -> tuple[list[list[float]], int]:
+    def _embed(
+        self, model: Embedder, texts: list[str], truncate: bool
+    ) -> tuple[list[list[float]], int]:
         for index, text in enumerate(texts):
-            tokens = model.count(text)
+            tokens = 0 if truncate else model.count(text)
             if tokens > self.window:
                 raise InputTooLong(index, tokens, self.window)
-        return model.embed(texts)
+        return model.embed(texts, truncate)
 
     def close(self) -> None:
         """Free every model once its thread is idle."""

@@ -151,7 +151,9 @@ class OllamaEmbedRequest(_Lenient):
     input: (
         EmbeddingText | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_INPUTS)]
     )
-    truncate: bool = Field(default=True, description="Texts over the window are refused.")
+    truncate: bool = Field(
+        default=True, description="Texts over the window are cut to it; false: refused."
+    )
     dimensions: int | None = Field(default=None, ge=1)
     options: dict[str, Any] | None = Field(default=None, description="Ignored.")
     keep_alive: KeepAlive | None = Field(

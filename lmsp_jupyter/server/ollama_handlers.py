@@ -87,12 +87,20 @@ class OllamaHandler(StreamingHandler):
         return parse_json_body(self.request.body or b"{}")
 
     async def embed(
-        self, name: str, texts: list[str], dimensions: int | None, keep_alive: KeepAlive | None
+        self,
+        name: str,
+        texts: list[str],
+        dimensions: int | None,
+        keep_alive: KeepAlive | None,
+        truncate: bool = False,
     ) -> Embeddings:
         """The vectors of ``texts`` by the model Ollama's ``name`` means, which then stays
-        loaded for ``keep_alive``."""
+        loaded for ``keep_alive``; ``truncate``: texts over the window are cut to it."""
         embeddings = await self.embeddings.embed(
-            self.ollama.entry(name), texts, keep_alive=keep_alive_seconds(keep_alive)
+            self.ollama.entry(name),
+            texts,
+            keep_alive=keep_alive_seconds(keep_alive),
+            truncate=truncate,
         )
         check_dimensions(embeddings, dimensions)
         return embeddings
@@ -228,7 +236,7 @@ class EmbedHandler(OllamaHandler):
         request = validate_request(OllamaEmbedRequest, self.body())
         stopwatch = Stopwatch()
         embeddings = await self.embed(
-            request.model, request.texts(), request.dimensions, request.keep_alive
+            request.model, request.texts(), request.dimensions, request.keep_alive, request.truncate
         )
         self.write_json(
             OllamaEmbedResponse(

@@ -34,11 +34,13 @@ class EmbeddingService:
         *,
         param: str = "input",
         keep_alive: float | None = None,
+        truncate: bool = False,
     ) -> Embeddings:
         """The vectors of ``texts`` (each within the embedding window, else
         ``context_length_exceeded`` naming it in ``param``). The model is loaded to embed
         through the model manager (in its memory budget, ``overloaded`` when it cannot fit);
-        ``keep_alive`` (seconds) replaces its keep-alive once idle."""
+        ``keep_alive`` (seconds) replaces its keep-alive once idle. ``truncate``: a text over
+        the window is cut to it instead."""
         if "embedding" not in self.models.capabilities(entry):
             raise LmspError(
                 "unsupported_capability",
@@ -47,7 +49,7 @@ class EmbeddingService:
             )
         try:
             async with self.models.manager.use(entry, keep_alive, role="embedding"):
-                vectors, tokens = await self.embedders.embed(entry, texts)
+                vectors, tokens = await self.embedders.embed(entry, texts, truncate)
         except InputTooLong as exc:
             where = f"{param}[{exc.index}]" if len(texts) > 1 else param
             raise LmspError("context_length_exceeded", str(exc), param=where) from None

@@ -30,7 +30,7 @@ class RecordedEmbedder:
     def count(self, text: str) -> int:
         return len(text.split())
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    def embed(self, texts: Sequence[str], truncate: bool = False) -> tuple[list[list[float]], int]:
         return [[float(len(text)), 0.0] for text in texts], sum(map(self.count, texts))
 
     def close(self) -> None:
