@@ -228,16 +228,22 @@ class GenerateHandler(_GeneratingHandler):
 
 
 class EmbedHandler(OllamaHandler):
-    """``POST /api/embed``: a normalized vector per text."""
+    """``POST /api/embed``: a normalized vector per text; no text loads the model (without
+    ``models:write``, on the opt-in listener, a load is left to the first embedding)."""
 
     operations = {"post": _operation("ollamaEmbed", "responses:write")}
 
     async def post(self) -> None:
         request = validate_request(OllamaEmbedRequest, self.body())
         stopwatch = Stopwatch()
-        embeddings = await self.embed(
-            request.model, request.texts(), request.dimensions, request.keep_alive, request.truncate
-        )
+        texts = request.texts()
+        if not texts and "models:write" not in self.principal.scopes:
+            self.ollama.entry(request.model)  # an unknown model is still an error
+            embeddings = Embeddings([], 0)
+        else:
+            embeddings = await self.embed(
+                request.model, texts, request.dimensions, request.keep_alive, request.truncate
+            )
         self.write_json(
             OllamaEmbedResponse(
                 model=request.model,

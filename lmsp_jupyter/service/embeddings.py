@@ -37,7 +37,8 @@ class EmbeddingService:
         truncate: bool = False,
     ) -> Embeddings:
         """The vectors of ``texts`` (each within the embedding window, else
-        ``context_length_exceeded`` naming it in ``param``). The model is loaded to embed
+        ``context_length_exceeded`` naming it in ``param``); no texts: the model is only
+        loaded. The model is loaded to embed
         through the model manager (in its memory budget, ``overloaded`` when it cannot fit);
         ``keep_alive`` (seconds) replaces its keep-alive once idle. ``truncate``: a text over
         the window is cut to it instead."""
@@ -49,6 +50,8 @@ class EmbeddingService:
             )
         try:
             async with self.models.manager.use(entry, keep_alive, role="embedding"):
+                if not texts:
+                    return Embeddings([], 0)
                 vectors, tokens = await self.embedders.embed(entry, texts, truncate)
         except InputTooLong as exc:
             where = f"{param}[{exc.index}]" if len(texts) > 1 else param
@@ -64,8 +67,10 @@ class EmbeddingService:
 
 def check_dimensions(embeddings: Embeddings, dimensions: int | None) -> None:
     """Refuse ``dimensions`` other than the model's own (vectors are not shortened)."""
+    if dimensions is None or not embeddings.vectors:
+        return
     size = len(embeddings.vectors[0])
-    if dimensions is not None and dimensions != size:
+    if dimensions != size:
         raise LmspError(
             "invalid_request",
             f"this model's vectors have {size} dimensions; no other number is served",

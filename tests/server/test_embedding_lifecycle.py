@@ -103,6 +103,19 @@ def test_ollama_keep_alive_on_embed(server: LiveServer, client: httpx.Client) ->
     assert ollama_client(server).ps().models == []
 
 
+def test_ollama_embed_of_nothing_loads_and_with_keep_alive_0_unloads(
+    server: LiveServer, client: httpx.Client
+) -> None:
+    unloaded(client)
+    loaded = ollama_client(server).embed(model=MODEL, input=[])
+    assert loaded.embeddings == [] and state(client)["status"] == "loaded"
+    ollama_client(server).embed(model=MODEL, input="", keep_alive=0)
+    eventually(lambda: state(client)["status"] == "available", what="unloaded after keep_alive 0")
+    with pytest.raises(ollama.ResponseError) as caught:
+        ollama_client(server).embed(model="no-such-model", input=[])
+    assert caught.value.status_code == 404
+
+
 def test_lmsp_keep_alive_extension_on_embeddings(client: httpx.Client) -> None:
     unloaded(client)
     own = {"x-lmsp-jupyter": {"keep_alive_seconds": 600}}
