@@ -238,7 +238,7 @@ class EmbedHandler(OllamaHandler):
         stopwatch = Stopwatch()
         texts = request.texts()
         if not texts and "models:write" not in self.principal.scopes:
-            self.ollama.entry(request.model)  # an unknown model is still an error
+            self.embeddings.check(self.ollama.entry(request.model))
             embeddings = Embeddings([], 0)
         else:
             embeddings = await self.embed(

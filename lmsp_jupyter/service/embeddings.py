@@ -42,12 +42,7 @@ class EmbeddingService:
         through the model manager (in its memory budget, ``overloaded`` when it cannot fit);
         ``keep_alive`` (seconds) replaces its keep-alive once idle. ``truncate``: a text over
         the window is cut to it instead."""
-        if "embedding" not in self.models.capabilities(entry):
-            raise LmspError(
-                "unsupported_capability",
-                f"model {entry.id!r} has no 'embedding' capability",
-                param="model",
-            )
+        self.check(entry)
         try:
             async with self.models.manager.use(entry, keep_alive, role="embedding"):
                 if not texts:
@@ -59,6 +54,15 @@ class EmbeddingService:
         except EngineError as exc:
             raise LmspError("generation_failed", str(exc)) from None
         return Embeddings(vectors, tokens)
+
+    def check(self, entry: ModelEntry) -> None:
+        """Refuse a model without the ``embedding`` capability (``unsupported_capability``)."""
+        if "embedding" not in self.models.capabilities(entry):
+            raise LmspError(
+                "unsupported_capability",
+                f"model {entry.id!r} has no 'embedding' capability",
+                param="model",
+            )
 
     def close(self) -> None:
         """Free the embedding models the manager left loaded (those in use at shutdown)."""
