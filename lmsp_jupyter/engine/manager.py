@@ -6,6 +6,11 @@ and KV cache) must fit the memory budget and the count of loaded models; idle mo
 unloaded to make room, least recently used first, and when even that is not enough the
 request is refused with ``503 overloaded``. A model idle for its keep-alive is unloaded.
 
+A model may be in memory in two roles: loaded by the engine to generate, and loaded by the
+embedders to embed (an embedding GGUF, or a generative model named in
+``LmspApp.embedding_models``). Each role is a resident of its own, counted in the same budget
+and kept alive by the same rules; the listing shows a model's residents together.
+
 Everything here runs on the server's event loop; the engine loads and frees models on their
 own worker threads.
 """
@@ -18,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from traitlets import Float, Int, default
 from traitlets.config import LoggingConfigurable
@@ -38,6 +43,8 @@ DEFAULT_MAX_LOADED_MODELS = 3
 RETRY_AFTER_SECONDS = 5
 
 Residency = Literal["loading", "loaded", "unloading"]
+#: What a model is loaded for: generating (by the engine) or embedding (by the embedders).
+Role = Literal["generation", "embedding"]
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,31 @@ class ModelState:
     expires_at: int | None
 
 
-class _Resident:
-    """A model that is loading, loaded or being unloaded."""
+class ModelLoader(Protocol):
+    """What loads models in one role: the engine (generation), the embedders (embedding)."""
 
-    def __init__(self, entry: ModelEntry, memory: int, keep_alive: float) -> None:
+    def footprint(self, entry: ModelEntry) -> int:
+        """Bytes of memory ``entry`` takes once loaded."""
+        ...
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Load ``entry`` now."""
+        ...
+
+    async def unload(self, model_id: str) -> None:
+        """Free what the model holds; called only while nothing uses it."""
+        ...
+
+
+class _Resident:
+    """A model that is loading, loaded or being unloaded, in one role."""
+
+    def __init__(
+        self, entry: ModelEntry, role: Role, loader: ModelLoader, memory: int, keep_alive: float
+    ) -> None:
         self.entry = entry
+        self.role = role
+        self.loader = loader
         self.memory = memory
         self.keep_alive = keep_alive
         self.status: Residency = "loading"
@@ -63,6 +90,10 @@ class _Resident:
         self.last_used = time.time()
         self.timer: asyncio.TimerHandle | None = None
         self.change: asyncio.Future[None] | None = None  # the load or unload under way
+
+    @property
+    def key(self) -> tuple[str, Role]:
+        return self.entry.id, self.role
 
     def expires_at(self, busy: bool) -> float | None:
         if self.keep_alive < 0:
@@ -112,75 +143,104 @@ class ModelManager(LoggingConfigurable):
     def _default_memory_budget(self) -> int:
         return default_memory_budget()
 
-    def __init__(self, engine: GenerationBackend, **kwargs: Any) -> None:
-        """Manage the models ``engine`` runs; ``kwargs`` are traits and ``parent``/``config``."""
+    def __init__(
+        self,
+        engine: GenerationBackend,
+        *,
+        embedders: ModelLoader | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Manage the models ``engine`` runs and ``embedders`` embed with; ``kwargs`` are
+        traits and ``parent``/``config``."""
         super().__init__(**kwargs)
         self.engine = engine
-        self._residents: dict[str, _Resident] = {}
-        self._users: Counter[str] = Counter()
+        self.embedders = embedders
+        self._residents: dict[tuple[str, Role], _Resident] = {}
+        self._users: Counter[tuple[str, Role]] = Counter()
+
+    def _loader(self, role: Role) -> ModelLoader:
+        if role == "generation":
+            return self.engine
+        if self.embedders is None:
+            raise LmspError("unsupported_capability", "this service embeds nothing", param="model")
+        return self.embedders
 
     # --- what the listing shows -------------------------------------------------------------
 
     def state(self, model_id: str) -> ModelState | None:
-        """The model's state while it is in memory (loading, loaded or being unloaded)."""
-        resident = self._residents.get(model_id)
-        if resident is None:
+        """The model's state while it is in memory (loading, loaded or being unloaded), in
+        every role together: loaded if loaded in one, its memory the sum, expiring with the
+        last one to go."""
+        residents = self._of(model_id)
+        if not residents:
             return None
-        if resident.status == "unloading":  # still in memory, due now
-            expires: float | None = time.time()
-        else:
-            expires = resident.expires_at(self._busy(resident))
+        expiries: list[float | None] = [
+            time.time()  # unloading: still in memory, due now
+            if resident.status == "unloading"
+            else resident.expires_at(self._busy(resident))
+            for resident in residents
+        ]
+        loaded = [r.loaded_at for r in residents if r.loaded_at is not None]
+        expires = None if None in expiries else max(e for e in expiries if e is not None)
         return ModelState(
-            status="loading" if resident.status == "loading" else "loaded",
-            memory_bytes=resident.memory,
-            loaded_at=None if resident.loaded_at is None else int(resident.loaded_at),
+            status="loaded" if any(r.status != "loading" for r in residents) else "loading",
+            memory_bytes=sum(r.memory for r in residents),
+            loaded_at=int(min(loaded)) if loaded else None,
             expires_at=None if expires is None else int(expires),
         )
 
+    def _of(self, model_id: str) -> list[_Resident]:
+        """The model's residents, in every role."""
+        return [r for r in self._residents.values() if r.entry.id == model_id]
+
     # --- using, loading, unloading ----------------------------------------------------------
 
-    def check(self, entry: ModelEntry) -> None:
+    def check(self, entry: ModelEntry, role: Role = "generation") -> None:
         """Refuse now (``503 overloaded``) a model that could not be loaded even after
         unloading every idle model; loading it is left to :meth:`use`."""
-        resident = self._residents.get(entry.id)
+        resident = self._residents.get((entry.id, role))
         if resident is None or resident.status == "unloading":
-            self._room_for(entry, self.engine.footprint(entry))
+            self._room_for(entry, role, self._loader(role).footprint(entry))
 
     @contextlib.asynccontextmanager
-    async def use(self, entry: ModelEntry, keep_alive: float | None = None) -> AsyncIterator[None]:
-        """Hold ``entry`` loaded for the duration: it is loaded first if need be (making room),
-        and counts as in use until the block ends. ``keep_alive`` (seconds) replaces the
-        default keep-alive of the model once it is idle again."""
-        self._users[entry.id] += 1
+    async def use(
+        self, entry: ModelEntry, keep_alive: float | None = None, role: Role = "generation"
+    ) -> AsyncIterator[None]:
+        """Hold ``entry`` loaded in ``role`` for the duration: it is loaded first if need be
+        (making room), and counts as in use until the block ends. ``keep_alive`` (seconds)
+        replaces the default keep-alive of the model once it is idle again."""
+        key = (entry.id, role)
+        self._users[key] += 1
         try:
-            await self._loaded(entry)
+            await self._loaded(entry, role)
             yield
         finally:
-            self._users[entry.id] -= 1
-            if not self._users[entry.id]:
-                del self._users[entry.id]
-            resident = self._residents.get(entry.id)
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key]
+            resident = self._residents.get(key)
             if resident is not None and resident.status == "loaded":
                 resident.last_used = time.time()
                 resident.keep_alive = self.keep_alive_seconds if keep_alive is None else keep_alive
                 self._schedule(resident)
 
-    async def load(self, entry: ModelEntry, keep_alive: float | None = None) -> None:
+    async def load(
+        self, entry: ModelEntry, keep_alive: float | None = None, role: Role = "generation"
+    ) -> None:
         """Load ``entry`` now (making room as :meth:`use` does); its keep-alive starts now."""
-        async with self.use(entry, keep_alive):
+        async with self.use(entry, keep_alive, role):
             pass
 
     async def unload(self, model_id: str) -> None:
-        """Unload a model now; one in use or loading → ``409 model_busy``. Not loaded: no-op."""
-        resident = self._residents.get(model_id)
-        if resident is None:
-            return
-        if self._busy(resident):
-            raise LmspError(
-                "model_busy",
-                f"model {model_id!r} is {'loading' if resident.status == 'loading' else 'in use'}",
-            )
-        await self._unload(resident)
+        """Unload a model now, in every role; one in use or loading → ``409 model_busy``.
+        Not loaded: no-op."""
+        residents = self._of(model_id)
+        for resident in residents:
+            if self._busy(resident):
+                doing = "loading" if resident.status == "loading" else "in use"
+                raise LmspError("model_busy", f"model {model_id!r} is {doing}")
+        for resident in residents:
+            await self._unload(resident)
 
     async def close(self) -> None:
         """Stop the idle timers and unload every idle model."""
@@ -194,20 +254,23 @@ class ModelManager(LoggingConfigurable):
 
     def _busy(self, resident: _Resident) -> bool:
         """In use: a sequence runs or waits on it, or it is loading."""
-        return resident.status == "loading" or self._users[resident.entry.id] > 0
+        return resident.status == "loading" or self._users[resident.key] > 0
 
-    async def _loaded(self, entry: ModelEntry) -> None:
-        """Wait until ``entry`` is loaded, loading it (after making room) if nobody else is."""
+    async def _loaded(self, entry: ModelEntry, role: Role) -> None:
+        """Wait until ``entry`` is loaded in ``role``, loading it (after making room) if
+        nobody else is."""
         while True:
-            resident = self._residents.get(entry.id)
+            resident = self._residents.get((entry.id, role))
             if resident is None:
-                memory = self.engine.footprint(entry)
+                loader = self._loader(role)
+                memory = loader.footprint(entry)
                 evictions = []
-                for victim in self._room_for(entry, memory):
-                    self.log.info("unloading idle model %s for %s", victim.entry.id, entry.id)
+                for victim in self._room_for(entry, role, memory):
+                    what = f"{victim.entry.id} ({victim.role})"
+                    self.log.info("unloading idle model %s for %s", what, entry.id)
                     evictions.append(self._start_unload(victim))
-                resident = _Resident(entry, memory, self.keep_alive_seconds)
-                self._residents[entry.id] = resident
+                resident = _Resident(entry, role, loader, memory, self.keep_alive_seconds)
+                self._residents[resident.key] = resident
                 resident.change = _background(self._load(resident, evictions))
             if resident.status == "loaded":
                 if resident.timer is not None:
@@ -217,12 +280,12 @@ class ModelManager(LoggingConfigurable):
             assert resident.change is not None
             await asyncio.shield(resident.change)  # a load fails here for every waiter
 
-    def _room_for(self, entry: ModelEntry, memory: int) -> list[_Resident]:
-        """The idle models to unload, least recently used first, so that ``entry`` fits;
-        ``503 overloaded`` when it cannot fit even after unloading every idle one."""
+    def _room_for(self, entry: ModelEntry, role: Role, memory: int) -> list[_Resident]:
+        """The idle models to unload, least recently used first, so that ``entry`` fits in
+        ``role``; ``503 overloaded`` when it cannot fit even after unloading every idle one."""
         budget = self.memory_budget_bytes if self.memory_budget_bytes > 0 else None
         limit = self.max_loaded_models if self.max_loaded_models > 0 else None
-        others = [r for r in self._residents.values() if r.entry.id != entry.id]
+        others = [r for r in self._residents.values() if r.key != (entry.id, role)]
         used, count = sum(r.memory for r in others), len(others)
 
         def fits() -> bool:
@@ -251,7 +314,8 @@ class ModelManager(LoggingConfigurable):
     def _overload_detail(self, entry: ModelEntry, memory: int, others: list[_Resident]) -> str:
         loaded = (
             ", ".join(
-                f"{r.entry.id!r} ({_mb(r.memory)}, {'in use' if self._busy(r) else r.status})"
+                f"{r.entry.id!r} ({'embedding, ' if r.role == 'embedding' else ''}"
+                f"{_mb(r.memory)}, {'in use' if self._busy(r) else r.status})"
                 for r in others
             )
             or "none"
@@ -272,19 +336,20 @@ class ModelManager(LoggingConfigurable):
             for eviction in evictions:
                 await eviction
             started = time.monotonic()
-            await self.engine.load(entry)
+            await resident.loader.load(entry)
         except BaseException:
-            del self._residents[entry.id]
+            del self._residents[resident.key]
             raise
         resident.status = "loaded"
         resident.loaded_at = resident.last_used = time.time()
         self.log.info(
-            "loaded model %s in %.1f s (about %s)",
+            "loaded model %s (%s) in %.1f s (about %s)",
             entry.id,
+            resident.role,
             time.monotonic() - started,
             _mb(resident.memory),
         )
-        if not self._users[entry.id]:
+        if not self._users[resident.key]:
             self._schedule(resident)
 
     def _schedule(self, resident: _Resident) -> None:
@@ -292,14 +357,14 @@ class ModelManager(LoggingConfigurable):
         if resident.timer is not None:
             resident.timer.cancel()
             resident.timer = None
-        if self._users[resident.entry.id] or resident.keep_alive < 0:
+        if self._users[resident.key] or resident.keep_alive < 0:
             return
         loop = asyncio.get_running_loop()
         resident.timer = loop.call_later(resident.keep_alive, self._expire, resident)
 
     def _expire(self, resident: _Resident) -> None:
         resident.timer = None
-        current = self._residents.get(resident.entry.id)
+        current = self._residents.get(resident.key)
         if current is resident and resident.status == "loaded" and not self._busy(resident):
             self.log.info("model %s was idle for %g s", resident.entry.id, resident.keep_alive)
             self._start_unload(resident)
@@ -319,13 +384,14 @@ class ModelManager(LoggingConfigurable):
             resident.timer.cancel()
             resident.timer = None
         try:
-            await self.engine.unload(resident.entry.id)
+            await resident.loader.unload(resident.entry.id)
         finally:
-            if self._residents.get(resident.entry.id) is resident:
-                del self._residents[resident.entry.id]
+            if self._residents.get(resident.key) is resident:
+                del self._residents[resident.key]
         self.log.info(
-            "unloaded model %s; the server process now holds %s",
+            "unloaded model %s (%s); the server process now holds %s",
             resident.entry.id,
+            resident.role,
             _mb(resident_bytes()),
         )
 

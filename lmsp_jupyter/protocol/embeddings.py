@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +30,11 @@ class EmbeddingRequest(BaseModel):
         default=None, ge=1, description="Only the model's own number of dimensions."
     )
     user: str | None = Field(default=None, max_length=512, description="Ignored.")
+    extensions: dict[str, Any] | None = Field(
+        default=None,
+        description='This service\'s own under "x-lmsp-jupyter": keep_alive_seconds, how long '
+        "the model stays loaded once idle after this request; other keys are ignored.",
+    )
 
     def texts(self) -> list[str]:
         """``input`` as a list."""

@@ -145,19 +145,29 @@ class OllamaGenerateRequest(_GenerationRequest):
 
 
 class OllamaEmbedRequest(_Lenient):
-    """``POST /api/embed``: one text or several."""
+    """``POST /api/embed``: one text or several; none (no ``input``, ``""`` or ``[]``) only
+    loads the model, as Ollama does."""
 
     model: str = Field(min_length=1, max_length=512)
     input: (
-        EmbeddingText | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_INPUTS)]
+        Literal[""]
+        | EmbeddingText
+        | Annotated[list[EmbeddingText], Field(max_length=MAX_INPUTS)]
+        | None
+    ) = None
+    truncate: bool = Field(
+        default=True, description="Texts over the window are cut to it; false: refused."
     )
-    truncate: bool = Field(default=True, description="Texts over the window are refused.")
     dimensions: int | None = Field(default=None, ge=1)
     options: dict[str, Any] | None = Field(default=None, description="Ignored.")
-    keep_alive: KeepAlive | None = Field(default=None, description="Ignored.")
+    keep_alive: KeepAlive | None = Field(
+        default=None, description="How long the model stays loaded once idle."
+    )
 
     def texts(self) -> list[str]:
-        """``input`` as a list."""
+        """``input`` as a list (empty: only load the model)."""
+        if not self.input:
+            return []
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
@@ -167,7 +177,9 @@ class OllamaEmbeddingsRequest(_Lenient):
     model: str = Field(min_length=1, max_length=512)
     prompt: EmbeddingText
     options: dict[str, Any] | None = Field(default=None, description="Ignored.")
-    keep_alive: KeepAlive | None = Field(default=None, description="Ignored.")
+    keep_alive: KeepAlive | None = Field(
+        default=None, description="How long the model stays loaded once idle."
+    )
 
 
 class OllamaShowRequest(_Lenient):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS, InputItem, InputMessage, InputText, ReservedPart
 from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
+from .models import EXTENSION_KEY
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -208,6 +210,22 @@ class ResponseRequest(_Strict):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+def keep_alive_extension(extensions: Mapping[str, Any] | None) -> float | None:
+    """``extensions["x-lmsp-jupyter"]["keep_alive_seconds"]``: how long the model stays loaded
+    once idle after a request (0: unloaded at once, negative: not for being idle)."""
+    own = (extensions or {}).get(EXTENSION_KEY)
+    if not isinstance(own, dict) or "keep_alive_seconds" not in own:
+        return None
+    value = own["keep_alive_seconds"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LmspError(
+            "invalid_request",
+            "keep_alive_seconds must be a number of seconds",
+            param=f"extensions.{EXTENSION_KEY}.keep_alive_seconds",
+        )
+    return float(value)
 
 
 def openai_input_item(item: Any) -> Any:

@@ -137,8 +137,8 @@ class LmspApp(ExtensionApp):
         default_value=ModelManager,
         klass=ModelManager,
         help="The class that decides which models stay in memory, built as "
-        "model_manager_class(engine, parent=LmspApp, log=...): it reads its settings "
-        "(ModelManager.keep_alive_seconds, ...) from the Jupyter config.",
+        "model_manager_class(engine, embedders=..., parent=LmspApp, log=...): it reads its "
+        "settings (ModelManager.keep_alive_seconds, ...) from the Jupyter config.",
     ).tag(config=True)
 
     # The old spellings of settings now on the classes that use them: honoured, with a warning.
@@ -344,7 +344,12 @@ class LmspApp(ExtensionApp):
         )
         for notice in catalog.notices():
             self.log.warning("%s", notice)
-        self.model_manager = self.model_manager_class(self.engine, parent=self, log=self.log)
+        # Embedding models run on llama.cpp too, with the local engine's threads.
+        threads = (local.settings if isinstance(local, LocalEngine) else EngineSettings()).threads
+        embedders = Embedders(LlamaEmbedder, threads, self.embedding_models)
+        self.model_manager = self.model_manager_class(
+            self.engine, embedders=embedders, parent=self, log=self.log
+        )
         if self.lease_seconds <= self.lease_renew_seconds:
             raise TraitError(
                 f"LmspApp.lease_seconds ({self.lease_seconds:g}) must be more than "
@@ -364,9 +369,7 @@ class LmspApp(ExtensionApp):
             conversations=True,
             embedding_pooling=self.embedding_models,
         )
-        # Embedding models run on llama.cpp too, with the local engine's threads.
-        threads = (local.settings if isinstance(local, LocalEngine) else EngineSettings()).threads
-        self.embeddings = EmbeddingService(models, Embedders(LlamaEmbedder, threads))
+        self.embeddings = EmbeddingService(models, embedders)
         responses = ResponseService(
             models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..protocol.embeddings import EmbeddingRequest, embedding_list
-from ..protocol.requests import validate_request
+from ..protocol.requests import keep_alive_extension, validate_request
 from ..service.embeddings import check_dimensions
 from .base import LmspHandler
 from .operations import Operation, json_reply, ref
@@ -26,7 +26,11 @@ class EmbeddingsHandler(LmspHandler):
 
     async def post(self) -> None:
         request = validate_request(EmbeddingRequest, self.json_body())
-        embeddings = await self.embeddings.embed(self.models.entry(request.model), request.texts())
+        embeddings = await self.embeddings.embed(
+            self.models.entry(request.model),
+            request.texts(),
+            keep_alive=keep_alive_extension(request.extensions),
+        )
         check_dimensions(embeddings, request.dimensions)
         answer = embedding_list(
             request.model, embeddings.vectors, embeddings.tokens, request.encoding_format

@@ -19,6 +19,7 @@ from ..protocol.errors import LmspError
 from ..protocol.events import ResponseEvent
 from ..protocol.ollama import (
     OLLAMA_VERSION,
+    KeepAlive,
     OllamaChatRequest,
     OllamaEmbeddingsRequest,
     OllamaEmbedRequest,
@@ -85,9 +86,22 @@ class OllamaHandler(StreamingHandler):
             raise LmspError("payload_too_large", f"the body is over {limit} bytes")
         return parse_json_body(self.request.body or b"{}")
 
-    async def embed(self, name: str, texts: list[str], dimensions: int | None) -> Embeddings:
-        """The vectors of ``texts`` by the model Ollama's ``name`` means."""
-        embeddings = await self.embeddings.embed(self.ollama.entry(name), texts)
+    async def embed(
+        self,
+        name: str,
+        texts: list[str],
+        dimensions: int | None,
+        keep_alive: KeepAlive | None,
+        truncate: bool = False,
+    ) -> Embeddings:
+        """The vectors of ``texts`` by the model Ollama's ``name`` means, which then stays
+        loaded for ``keep_alive``; ``truncate``: texts over the window are cut to it."""
+        embeddings = await self.embeddings.embed(
+            self.ollama.entry(name),
+            texts,
+            keep_alive=keep_alive_seconds(keep_alive),
+            truncate=truncate,
+        )
         check_dimensions(embeddings, dimensions)
         return embeddings
 
@@ -214,14 +228,22 @@ class GenerateHandler(_GeneratingHandler):
 
 
 class EmbedHandler(OllamaHandler):
-    """``POST /api/embed``: a normalized vector per text."""
+    """``POST /api/embed``: a normalized vector per text; no text loads the model (without
+    ``models:write``, on the opt-in listener, a load is left to the first embedding)."""
 
     operations = {"post": _operation("ollamaEmbed", "responses:write")}
 
     async def post(self) -> None:
         request = validate_request(OllamaEmbedRequest, self.body())
         stopwatch = Stopwatch()
-        embeddings = await self.embed(request.model, request.texts(), request.dimensions)
+        texts = request.texts()
+        if not texts and "models:write" not in self.principal.scopes:
+            self.embeddings.check(self.ollama.entry(request.model))
+            embeddings = Embeddings([], 0)
+        else:
+            embeddings = await self.embed(
+                request.model, texts, request.dimensions, request.keep_alive, request.truncate
+            )
         self.write_json(
             OllamaEmbedResponse(
                 model=request.model,
@@ -239,7 +261,7 @@ class EmbeddingsHandler(OllamaHandler):
 
     async def post(self) -> None:
         request = validate_request(OllamaEmbeddingsRequest, self.body())
-        embeddings = await self.embed(request.model, [request.prompt], None)
+        embeddings = await self.embed(request.model, [request.prompt], None, request.keep_alive)
         self.write_json(OllamaEmbeddingResponse(embedding=embeddings.vectors[0]))
 
 

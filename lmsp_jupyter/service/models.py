@@ -9,7 +9,7 @@ from ..engine.backend import GenerationBackend, ModelIndex
 from ..engine.catalog import ModelEntry, bundled_progress
 from ..engine.embedding import EMBEDDING_ARCHITECTURES
 from ..engine.generation import EngineError
-from ..engine.manager import ModelManager
+from ..engine.manager import ModelManager, Role
 from ..protocol.models import (
     EXTENSION_KEY,
     LoadingProgress,
@@ -131,11 +131,12 @@ class ModelDirectory:
 
     async def load(self, model_id: str, keep_alive: float | None = None) -> Model:
         """Load a model now (``overloaded`` if it cannot fit, ``engine_unavailable`` if it
-        cannot be loaded); the model once loaded. ``keep_alive`` (seconds) replaces its
-        default keep-alive once it is idle."""
+        cannot be loaded); the model once loaded, an embedding GGUF to embed. ``keep_alive``
+        (seconds) replaces its default keep-alive once it is idle."""
         entry = self.entry(model_id)
+        role: Role = "embedding" if entry.architecture in EMBEDDING_ARCHITECTURES else "generation"
         try:
-            await self.manager.load(entry, keep_alive)
+            await self.manager.load(entry, keep_alive, role)
         except EngineError as exc:
             raise engine_problem(exc) from None
         return self.describe(entry)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Literal
 
@@ -41,7 +40,7 @@ from ..protocol.events import (
 from ..protocol.items import InputItem
 from ..protocol.models import EXTENSION_KEY, ModelCapability
 from ..protocol.prediction import UsageExtension, speculation_of
-from ..protocol.requests import JsonSchemaFormat, ResponseRequest
+from ..protocol.requests import JsonSchemaFormat, ResponseRequest, keep_alive_extension
 from ..protocol.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -141,7 +140,7 @@ class ResponseService:
         """The run of a rendered prompt, once it fits its window and its model and line have
         room for it."""
         await self._check_window(request, entry, prompt)
-        keep_alive = _keep_alive(request)
+        keep_alive = keep_alive_extension(request.extensions)
         speculation = speculation_of(request.extensions)
         self.models.manager.check(entry)
         self.queue.check()
@@ -388,22 +387,6 @@ class ResponseService:
         if run.error is not None:
             raise run.error
         return run.response()
-
-
-def _keep_alive(request: ResponseRequest) -> float | None:
-    """``extensions["x-lmsp-jupyter"]["keep_alive_seconds"]``: how long the model stays loaded
-    once idle after this request (0: unloaded at once, negative: not for being idle)."""
-    own = (request.extensions or {}).get(EXTENSION_KEY)
-    if not isinstance(own, dict) or "keep_alive_seconds" not in own:
-        return None
-    value = own["keep_alive_seconds"]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise LmspError(
-            "invalid_request",
-            "keep_alive_seconds must be a number of seconds",
-            param=f"extensions.{EXTENSION_KEY}.keep_alive_seconds",
-        )
-    return float(value)
 
 
 def _draft_usage(

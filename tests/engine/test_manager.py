@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ def engine() -> Iterator[LocalEngine]:
     engine.close()
 
 
-def manager(engine: LocalEngine, **traits: object) -> ModelManager:
+def manager(engine: LocalEngine, **traits: Any) -> ModelManager:
     """A manager logging to ``lmsp-test-manager`` (for ``caplog``)."""
     return ModelManager(engine, log=logging.getLogger("lmsp-test-manager"), **traits)
 

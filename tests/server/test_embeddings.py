@@ -19,6 +19,7 @@ import pytest
 from langchain_ollama import OllamaEmbeddings
 
 from lmsp_jupyter.client import LmspClient
+from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW
 from tests.conftest import MODEL, LiveServer, running_server
 
 TEXTS = ["The cat sat on the mat.", "Stock prices fell sharply today.", "A kitten rests on a rug."]
@@ -143,6 +144,17 @@ def test_ollama_embed_and_the_older_embeddings(
     with pytest.raises(ollama.ResponseError) as caught:
         client.embed(MODEL, "Hi", dimensions=3)
     assert caught.value.status_code == 400 and "dimensions" in caught.value.error
+
+
+def test_ollama_embed_cuts_a_long_text_unless_truncate_is_false(server: LiveServer) -> None:
+    client = ollama_client(server)
+    long_text = "word " * 3000  # over the 2048-token window
+    cut = client.embed(MODEL, long_text)  # Ollama's default: truncate
+    assert cut.prompt_eval_count == EMBEDDING_WINDOW
+    assert math.isclose(float(np.linalg.norm(cut.embeddings[0])), 1.0, rel_tol=1e-4)
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.embed(MODEL, long_text, truncate=False)
+    assert caught.value.status_code == 400 and "2048" in caught.value.error
 
 
 def test_langchain_ollama_embeddings(server: LiveServer, vectors: list[list[float]]) -> None:

@@ -119,6 +119,16 @@ def test_unloading_is_refused_and_loading_left_to_generation(
     assert caught.value.status_code == 403
 
 
+def test_an_embed_of_nothing_loads_nothing_and_still_checks_the_model(
+    listener: tuple[LiveServer, str],
+) -> None:
+    with pytest.raises(ollama.ResponseError) as caught:  # this server's model does not embed
+        ollama.Client(host=listener[1]).embed(MODEL, [])
+    assert caught.value.status_code == 400 and "embedding" in caught.value.error
+    log = (Path(listener[0].root_dir).parent / "server.log").read_text()
+    assert "(embedding)" not in log
+
+
 def test_a_taken_port_is_refused_and_the_jupyter_port_serves_on(
     tmp_path: Path, bundled_model_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import nbformat
@@ -48,9 +48,14 @@ ASK_WEATHER = (
 
 
 def start_lab(
-    tmp: Path, *, lab_extension: bool, config: dict[str, object] | None = None
+    tmp: Path,
+    *,
+    lab_extension: bool,
+    config: dict[str, object] | None = None,
+    app: Literal["lab", "notebook"] = "lab",
 ) -> LiveServer:
-    """``jupyter lab`` on a loopback port with a clean workspace and settings.
+    """``jupyter lab`` (or ``jupyter notebook``, Notebook 7, which loads the same lab
+    extensions) on a loopback port with a clean workspace and settings.
 
     ``config`` is the server's ``jupyter_server_config.json`` (e.g. ``{"LmspApp": {...}}``).
     The lab extension is the one built in the package under test (``lmsp_jupyter/labextension``
@@ -70,13 +75,18 @@ def start_lab(
     built = ROOT / "lmsp_jupyter" / "labextension"
     assert (built / "package.json").exists(), f"the lab extension is not built: {built}"
     (labextensions / "lmsp-jupyter").symlink_to(built, target_is_directory=True)
+    settings = "LabApp" if app == "lab" else "JupyterNotebookApp"
     return start_server(
         tmp,
-        f"--LabApp.extra_labextensions_path={labextensions}",
-        f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-        f"--LabApp.user_settings_dir={tmp / 'settings'}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        app="lab",
+        f"--{settings}.extra_labextensions_path={labextensions}",
+        f"--{settings}.workspaces_dir={tmp / 'workspaces'}",
+        f"--{settings}.user_settings_dir={tmp / 'settings'}",
+        *(
+            ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            if app == "lab"
+            else []
+        ),
+        app=app,
         base_url="/",
         config=config,
     )

@@ -428,10 +428,11 @@ class LlamaEmbedder:
         """The tokens of ``text`` as the model embeds it."""
         return len(self._llama.tokenize(text.encode()))
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-        """The vectors of ``texts`` and how many tokens they took."""
+    def embed(self, texts: Sequence[str], truncate: bool = False) -> tuple[list[list[float]], int]:
+        """The vectors of ``texts`` and how many tokens they took; ``truncate``: each text cut
+        to the window first."""
         vectors, tokens = self._llama.embed(
-            list(texts), normalize=True, truncate=False, return_count=True
+            list(texts), normalize=True, truncate=truncate, return_count=True
         )
         return vectors, tokens
 
