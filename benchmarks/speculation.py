@@ -21,7 +21,8 @@ on an otherwise idle machine.
 through the service with speculation on and off, one stream, recording every forward pass after
 the prompt (``LlamaModel.decode``); printed per kind: the decoding passes on and off, output
 tokens per pass, draft tokens verified and rejected, and the speedup the engine's pass cost
-model (``engine/speculation.py``) estimates from those passes.
+model (``engine/speculation.py``, with ``LOGITS_MS`` for each verified draft token) estimates
+from those passes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.llama import BatchToken, LlamaModel
 from lmsp_jupyter.engine.scheduler import Engine, EngineSettings
-from lmsp_jupyter.engine.speculation import own_pass_ms, shared_pass_ms
+from lmsp_jupyter.engine.speculation import LOGITS_MS, own_pass_ms, shared_pass_ms
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
 from lmsp_jupyter.protocol.requests import parse_response_request
@@ -199,7 +200,7 @@ def recorded_passes() -> Iterator[list[Pass]]:
 def decoding_cost(passes: list[Pass]) -> tuple[int, int, float]:
     """Of one stream's passes, those after the one that read its prompt's last token (the
     first to keep logits): how many, the tokens whose logits they kept, and their cost in the
-    engine's model, in ms."""
+    engine's model, in ms, with what the logits of a verification's draft tokens add."""
     count, rows, cost = 0, 0, 0.0
     prompt_read = False
     for items in passes:
@@ -209,7 +210,9 @@ def decoding_cost(passes: list[Pass]) -> tuple[int, int, float]:
             continue
         count, rows = count + 1, rows + len(kept)
         sequences = len(set(kept))
-        cost += shared_pass_ms(sequences) if sequences > 1 else own_pass_ms(len(kept) - 1)
+        drafted = len(kept) - 1 if sequences == 1 else 0
+        cost += shared_pass_ms(sequences) if sequences > 1 else own_pass_ms(drafted)
+        cost += LOGITS_MS * drafted
     return count, rows, cost
 
 
@@ -254,7 +257,7 @@ def print_passes(tasks: list[dict[str, Any]], tokens: int) -> None:
     figures = asyncio.run(count_passes(tasks, tokens))
     print(f"model {BUNDLED_MODEL_ID}, {len(tasks)} tasks, greedy, one stream")
     print(f"at most {tokens} tokens an answer; sums over each kind's answers; passes after the")
-    print("prompt's; estimated: the engine's pass cost model over those passes, off/on")
+    print("prompt's; estimated: the engine's pass cost model (+ LOGITS_MS a draft token), off/on")
     print(
         "kind                 tokens  passes off  passes on  tok/pass  drafted  rejected  estimated"
     )
