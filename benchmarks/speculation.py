@@ -16,6 +16,13 @@ aggregate tokens/s with speculation on and off. The texts must be the same on an
 
 Run: ``.venv/bin/python benchmarks/speculation.py [--tokens 128] [--rounds 3] [--streams 4,8]``
 on an otherwise idle machine.
+
+``--passes`` counts instead of timing, so it gives the same figures on a busy machine: each task
+through the service with speculation on and off, one stream, recording every forward pass after
+the prompt (``LlamaModel.decode``); printed per kind: the decoding passes on and off, output
+tokens per pass, draft tokens verified and rejected, and the speedup the engine's pass cost
+model (``engine/speculation.py``, with ``LOGITS_MS`` for each verified draft token) estimates
+from those passes.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +48,8 @@ from benchmarks.harness.raw import RawRunner, Settings
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel
+from lmsp_jupyter.engine.local.speculation import LOGITS_MS, own_pass_ms, shared_pass_ms
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
 from lmsp_jupyter.protocol.requests import parse_response_request
@@ -165,8 +176,98 @@ async def many_streams(tasks: list[dict[str, Any]], tokens: int, streams: int) -
     return rates
 
 
+#: A forward pass: (sequence, position, whether its logits are kept) of each of its tokens.
+Pass = list[tuple[int, int, bool]]
+
+
+@contextmanager
+def recorded_passes() -> Iterator[list[Pass]]:
+    """Every forward pass of every ``LlamaModel`` while in the block."""
+    passes: list[Pass] = []
+    decode = LlamaModel.decode
+
+    def recording(model: LlamaModel, tokens: Sequence[BatchToken]) -> None:
+        passes.append([(t.sequence, t.position, t.logits) for t in tokens])
+        decode(model, tokens)
+
+    LlamaModel.decode = recording  # type: ignore[method-assign,assignment]
+    try:
+        yield passes
+    finally:
+        LlamaModel.decode = decode  # type: ignore[method-assign]
+
+
+def decoding_cost(passes: list[Pass]) -> tuple[int, int, float]:
+    """Of one stream's passes, those after the one that read its prompt's last token (the
+    first to keep logits): how many, the tokens whose logits they kept, and their cost in the
+    engine's model, in ms, with what the logits of a verification's draft tokens add."""
+    count, rows, cost = 0, 0, 0.0
+    prompt_read = False
+    for items in passes:
+        kept = [sequence for sequence, _, logits in items if logits]
+        if not prompt_read:
+            prompt_read = bool(kept)
+            continue
+        count, rows = count + 1, rows + len(kept)
+        sequences = len(set(kept))
+        drafted = len(kept) - 1 if sequences == 1 else 0
+        cost += shared_pass_ms(sequences) if sequences > 1 else own_pass_ms(drafted)
+        cost += LOGITS_MS * drafted
+    return count, rows, cost
+
+
+async def count_passes(tasks: list[dict[str, Any]], tokens: int) -> dict[str, dict[str, float]]:
+    """Per kind, summed with speculation on and off: output tokens, decoding passes, tokens
+    they verified (logits kept), draft tokens kept, and the passes' cost (ms, the engine's
+    model)."""
+    sides = {True: Side(True), False: Side(False)}
+    figures: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    try:
+        work = bodies(tasks, await first_turns(sides[False], tasks, tokens), tokens)
+        for kind, body in work:
+            texts = []
+            for speculation, side in sides.items():
+                with recorded_passes() as passes:
+                    sample, drafted, _ = await side.run(body)
+                count, rows, cost = decoding_cost(passes)
+                name = "on" if speculation else "off"
+                for key, value in (
+                    ("tokens", sample.tokens),
+                    ("passes", count),
+                    ("rows", rows),
+                    ("kept", drafted),
+                    ("ms", cost),
+                ):
+                    figures[kind][f"{name} {key}"] += value
+                texts.append(sample.text)
+            if texts[0] != texts[1]:
+                print(f"FAIL: {kind}: the text differs with speculation on and off")
+    finally:
+        for side in sides.values():
+            side.close()
+    return figures
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def print_passes(tasks: list[dict[str, Any]], tokens: int) -> None:
+    """Count the passes of each task on and off and print their figures per kind."""
+    figures = asyncio.run(count_passes(tasks, tokens))
+    print(f"model {BUNDLED_MODEL_ID}, {len(tasks)} tasks, greedy, one stream")
+    print(f"at most {tokens} tokens an answer; sums over each kind's answers; passes after the")
+    print("prompt's; estimated: the engine's pass cost model (+ LOGITS_MS a draft token), off/on")
+    print(
+        "kind                 tokens  passes off  passes on  tok/pass  drafted  rejected  estimated"
+    )
+    for kind, f in figures.items():
+        drafted = f["on rows"] - f["on passes"]
+        print(
+            f"{kind:<20} {f['on tokens']:6.0f}  {f['off passes']:10.0f}  {f['on passes']:9.0f}"
+            f"  {f['off passes'] / max(1, f['on passes']):8.2f}  {drafted:7.0f}"
+            f"  {drafted - f['on kept']:8.0f}  {f['off ms'] / max(1, f['on ms']):8.2f}x"
+        )
 
 
 def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None:
@@ -175,6 +276,9 @@ def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None
     for task in json.loads(TASKS.read_text())["tasks"]:
         if not args.tasks or sum(t["kind"] == task["kind"] for t in tasks) < args.tasks:
             tasks.append(task)
+    if args.passes:
+        print_passes(tasks, args.tokens)
+        return
     model_path = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path()
     figures = asyncio.run(one_stream(tasks, args.tokens, args.rounds, model_path))
     print(f"model {BUNDLED_MODEL_ID}, {len(tasks)} tasks, {args.rounds} rounds, greedy")
@@ -200,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", default="4,8", help="concurrent streams, comma-separated")
     parser.add_argument(
         "--tasks", type=int, default=0, help="only the first N tasks of each kind (0: all)"
+    )
+    parser.add_argument(
+        "--passes", action="store_true", help="count passes on and off instead of timing"
     )
     return benchmark_main(parser, benchmark, argv)
 

@@ -33,7 +33,7 @@ from ..generation import (
     TokenLogprob,
 )
 from .llama import BatchToken, LlamaModel, TokenSampler
-from .passes import PASS_MAX, decode_pass, lone_token_needs_pad, pass_size
+from .passes import decode_pass, lone_token_needs_pad, pass_size
 from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText
 from .worker_inputs import GenerationRequest, WorkerSettings
@@ -320,7 +320,7 @@ class ModelWorker:
         if drafter is None:
             return None
         left = sequence.limit - sequence.generated  # tokens it may still produce
-        draft = drafter.draft(min(MOST_DRAFTED, PASS_MAX - 1, left - 1))
+        draft = drafter.draft(min(MOST_DRAFTED, left - 1))
         if draft is None:
             drafter.idle()
             return None

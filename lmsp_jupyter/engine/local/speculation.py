@@ -12,19 +12,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .passes import PASS_MAX
+
 #: The n-gram lengths looked up in the sequence's context, longest first.
 NGRAMS = (4, 3, 2)
-#: The most draft tokens one pass verifies for a sequence.
-MOST_DRAFTED = 16
+#: The most draft tokens one pass verifies for a sequence: as many as a pass holds, in the
+#: arithmetic regime of every other pass (``engine/passes.py``); the cost model decides how
+#: many of them pay. Counted passes (``benchmarks/speculation.py --passes``): JSON/CSV
+#: continuations need a sixth fewer passes than with 16 at most, other kinds about as many.
+MOST_DRAFTED = PASS_MAX - 1
 #: The n-gram lengths that realign a prediction the answer strayed from, longest first.
 PREDICTION_NGRAMS = (8, 4, 2)
 
 #: Milliseconds of a pass of one token of each of ``n`` sequences and of a pass of ``1 + k``
 #: tokens of one sequence, fitted to ``benchmarks/pass_sizes.py`` on 2 cores (1 / 2 / 4 / 8
 #: sequences: 21 / 22.7 / 30.0 / 46.6 ms; 2 / 8 tokens of one: 20.9 / 30.6 ms). Only their
-#: ratios matter: they weigh a draft's likely gain against the pass width it costs.
+#: ratios matter: they weigh a draft's likely gain against the pass width it costs. A
+#: verification keeps the logits of each of its tokens, which costs more (``LOGITS_MS`` each)
+#: than this model of its own pass counts; the model errs toward longer drafts on purpose:
+#: drafts are kept in runs (a copied passage), longer than a rate per token predicts, and
+#: counted passes priced with ``LOGITS_MS`` came out faster with it than with it counted.
 _SHARED_BASE_MS, _SHARED_PER_TOKEN_MS = 17.0, 3.7
 _OWN_BASE_MS, _OWN_PER_TOKEN_MS = 19.0, 2.0
+#: What keeping a token's logits adds to a pass, in the model's output layer: 8 sequences' tokens
+#: against 8 prompt tokens (one of them with logits), 46.6 against 30.6 ms.
+LOGITS_MS = 2.3
 #: A draft must promise this much more throughput than reading one token; what the cost model
 #: gets wrong on another CPU stays within it.
 _MARGIN = 1.1
