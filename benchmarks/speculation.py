@@ -14,8 +14,14 @@ aggregate tokens/s with speculation on and off. The texts must be the same on an
 ``FAIL`` line if not). Goals: grounded kinds one stream >= 2x raw, edits with a prediction
 >= 3x raw, free-form >= 0.98x off, several streams >= 0.98x off.
 
-Run: ``.venv/bin/python benchmarks/speculation.py [--tokens 128] [--rounds 3] [--streams 4,8]``
-on an otherwise idle machine.
+With ``--llama-server PATH``: the same rendered prompts through llama-server's ``/completion``
+on the same GGUF, speculation off and each n-gram mode of :data:`LLAMA_MODES` (``--spec-type``;
+``--llama-modes`` picks some), one stream and ``--streams`` at once; a second table gives per
+kind llama-server's best mode, its acceptance rate and the service's rate over it (goal for
+the grounded set >= 1.3).
+
+Run: ``.venv/bin/python benchmarks/speculation.py [--tokens 128] [--rounds 3] [--streams 4,8]
+[--llama-server PATH]`` on an otherwise idle machine.
 """
 
 from __future__ import annotations
