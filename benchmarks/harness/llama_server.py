@@ -15,29 +15,6 @@ from .raw import Settings
 from .server import free_port, running_process
 
 
-def llama_server_command(
-    binary: Path,
-    model: Path,
-    settings: Settings,
-    port: int,
-    *,
-    slots: int = 8,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """The command line of ``binary`` serving ``model`` with ``slots`` slots of the service's
-    context size each, on ``127.0.0.1:port``; ``extra``: more arguments."""
-    return [
-        str(binary),
-        *("-m", str(model)),
-        *("-c", str(settings.context_size * slots), "-np", str(slots)),
-        *("-t", str(settings.threads)),
-        *("--port", str(port), "--host", "127.0.0.1"),
-        # Loaded as the service loads the model: repacked weights crash decode on AMX CPUs.
-        "--no-repack",
-        *extra,
-    ]
-
-
 @contextlib.contextmanager
 def llama_server(
     binary: Path,
@@ -48,10 +25,20 @@ def llama_server(
     slots: int = 8,
     extra: Sequence[str] = (),
 ) -> Iterator[str]:
-    """Start llama-server (:func:`llama_server_command`) on a free port, its output to ``log``;
-    yield its URL once ``/health`` answers; always stop it."""
+    """Start ``binary`` serving ``model`` with ``slots`` slots of the service's context size
+    each on a free port of 127.0.0.1, its output to ``log`` (``extra``: more arguments); yield
+    its URL once ``/health`` answers; always stop it."""
     port = free_port()
-    command = llama_server_command(binary, model, settings, port, slots=slots, extra=extra)
+    command = [
+        str(binary),
+        *("-m", str(model)),
+        *("-c", str(settings.context_size * slots), "-np", str(slots)),
+        *("-t", str(settings.threads)),
+        *("--port", str(port), "--host", "127.0.0.1"),
+        # Loaded as the service loads the model: repacked weights crash decode on AMX CPUs.
+        "--no-repack",
+        *extra,
+    ]
     url = f"http://127.0.0.1:{port}"
     with running_process(command, log, f"{url}/health"):
         yield url
