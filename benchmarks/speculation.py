@@ -43,7 +43,7 @@ if not __package__:  # run as a file: python benchmarks/speculation.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
-from benchmarks.harness.figures import Sample
+from benchmarks.harness.figures import Sample, num
 from benchmarks.harness.llama_server import llama_server
 from benchmarks.harness.raw import RawRunner, Settings
 from benchmarks.serving import LlamaServer
@@ -307,8 +307,8 @@ def report_llama_server(
         accept = accepted / drafted if drafted else float("nan")
         on = _median(sides["on"])
         print(
-            f"{kind:<20} {rates['off']:6.1f}  {rates[best]:7.1f}  {best:<20} {accept:6.0%}"
-            f"  {accepted / answers:7.1f}  {on / rates[best]:7.2f}"
+            f"{kind:<20} {rates['off']:6.1f}  {rates[best]:7.1f}  {best:<20} "
+            f"{num(accept, '.0%'):>6}  {accepted / answers:7.1f}  {on / rates[best]:7.2f}"
         )
     for count, on in service_streams.items():
         rates = {name: mode.streams[count] for name, mode in modes.items()}
