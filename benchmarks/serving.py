@@ -37,7 +37,7 @@ if not __package__:  # run as a file: python benchmarks/serving.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import run_benchmark
-from benchmarks.harness.llama_server import llama_server, system_info
+from benchmarks.harness.llama_server import build_flags, llama_server
 from benchmarks.harness.raw import RawRunner, Settings, build_info, render_prompt
 from benchmarks.harness.server import Server, running_server
 from benchmarks.harness.sse import iter_events
@@ -298,7 +298,7 @@ def benchmark(args: argparse.Namespace, log_path: Path, scratch: Path) -> None:
         log = scratch / f"llama-server-{number}.log"
         with llama_server(binary, model, settings, log) as url:
             results[name] = measure(LlamaServer(url), args, history)
-            builds[name] = f"{binary}: {system_info(log)}"
+            builds[name] = f"{binary}: {build_flags(binary)}"
     raw = RawRunner(model, settings, f"Write a long story about {SUBJECTS[0]}.")
     raw.run(2)
     raw_rate = statistics.median(raw.run(args.tokens).tokens_per_s for _ in range(3))

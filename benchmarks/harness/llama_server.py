@@ -44,10 +44,21 @@ def llama_server(
         yield url
 
 
-def system_info(log: Path) -> str:
-    """The CPU features a running llama-server was built with and uses (its ``system_info``
-    log line: ``AVX2 = 1``, ``AVX512 = 1`` ...), or ``unknown``."""
-    for line in log.read_text(errors="replace").splitlines():
-        if "system_info" in line:
-            return line.split("system_info:", 1)[-1].strip()
-    return "unknown"
+#: The CMake options of a llama.cpp build that say which CPU instructions it uses.
+CPU_OPTIONS = ("NATIVE", "AVX", "AVX2", "AVX512", "AVX512_VNNI", "FMA", "F16C", "CPU_ALL_VARIANTS")
+
+
+def build_flags(binary: Path) -> str:
+    """The CPU options ``binary`` was built with, from the ``CMakeCache.txt`` of its build
+    directory (``build/bin/llama-server`` -> ``build/``): ``GGML_NATIVE=ON`` (this machine's
+    instructions) or the ``GGML_AVX512=OFF`` ... of a portable build; ``unknown`` without one."""
+    cache = binary.resolve().parent.parent / "CMakeCache.txt"
+    if not cache.is_file():
+        return "build options unknown (no CMakeCache.txt beside its build directory)"
+    values: dict[str, str] = {}
+    for line in cache.read_text(errors="replace").splitlines():
+        key, equals, value = line.partition("=")
+        if key.startswith("GGML_") and equals:
+            values[key.split(":", 1)[0]] = value
+    found = [f"GGML_{o}={values[f'GGML_{o}']}" for o in CPU_OPTIONS if f"GGML_{o}" in values]
+    return " ".join(found) or "build options unknown"
