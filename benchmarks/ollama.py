@@ -9,23 +9,26 @@ One ``jupyter lmsp`` server, the bundled model (also serving embeddings with mea
   rounds of ollama, responses, chat, never two at once. Prints per side the median tokens/s
   (end-to-end and decode-only) and time to first token, whether the text is the same on every
   side, and the ratios ollama/responses and ollama/chat (goal >= 0.97);
-* embeddings: ``--texts`` texts a request through ``POST /lmsp/v1/embeddings``, ``--rounds``
-  requests after a warm-up; texts/s and input tokens/s. With ``--llama-server PATH``, the same
-  requests to ``llama-server --embeddings --pooling mean`` on the same GGUF (``/v1/embeddings``),
-  the ratio service/llama-server (goal >= 1) and how close the two sides' vectors are.
+* embeddings, three workloads a notebook has: ``--texts`` short texts a request (``--rounds``
+  requests after a warm-up; texts/s and input tokens/s); indexing a corpus of ``--chunks``
+  chunks of about ``--chunk-tokens`` tokens, ``--texts`` a request one after another (chunks/s);
+  ``--queries`` one-sentence queries one at a time (latency). With ``--llama-server PATH``, the
+  same requests to ``llama-server --embeddings --pooling mean`` on the same GGUF
+  (``/v1/embeddings``, 8 slots as in serving.py), the ratios service/llama-server (goal >= 1)
+  and how close the two sides' vectors are.
 
 It measures and never asserts: the exit code is 0 whatever the numbers.
 
 Run: ``.venv/bin/python benchmarks/ollama.py [--tokens 128] [--rounds 5] [--texts 32]
-[--llama-server PATH]``.
+[--chunks 256] [--chunk-tokens 200] [--queries 20] [--llama-server PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -40,9 +43,10 @@ if not __package__:  # run as a file: python benchmarks/ollama.py
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import Sample, median
+from benchmarks.harness.llama_server import llama_server
 from benchmarks.harness.meters import measured
 from benchmarks.harness.raw import DEFAULT_PROMPT, Settings
-from benchmarks.harness.server import Server, free_port, running_process, running_server
+from benchmarks.harness.server import Server, running_server
 from benchmarks.remote import direct_stream, lmsp_stream, print_side, timed
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 
@@ -185,48 +189,93 @@ def cosine(a: list[float], b: list[float]) -> float:
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
-@contextlib.contextmanager
-def embedding_server(binary: Path, model: Path, settings: Settings, log: Path) -> Iterator[str]:
-    """``llama-server --embeddings --pooling mean`` on a free port; yield its ``/v1`` URL."""
-    port = free_port()
-    command = [
-        str(binary),
-        *("-m", str(model), "--embeddings", "--pooling", "mean"),
-        *("-c", str(settings.context_size), "-t", str(settings.threads)),
-        *("--port", str(port), "--host", "127.0.0.1"),
-        "--no-repack",  # as the service loads the model: repacking crashes on AMX CPUs
+#: How llama-server serves embeddings of the bundled model: mean pooling, as the service does.
+EMBEDDING_ARGUMENTS = ("--embeddings", "--pooling", "mean")
+
+
+def corpus_texts(count: int, tokens: int) -> list[str]:
+    """``count`` distinct chunks of about ``tokens`` tokens each (a document split for search)."""
+    per_chunk = max(1, tokens // 14)  # a sentence is about 14 tokens
+    return [
+        f"Chunk {number}. "
+        + " ".join(SENTENCES[(number * 3 + k) % len(SENTENCES)] for k in range(per_chunk))
+        for number in range(count)
     ]
-    url = f"http://127.0.0.1:{port}"
-    with running_process(command, log, f"{url}/health"):
-        yield f"{url}/v1"
+
+
+def embed_corpus(
+    client: httpx.Client, url: str, base: dict[str, object], chunks: list[str], batch: int
+) -> float:
+    """Embed ``chunks`` ``batch`` a request, one request after another (as LangChain's
+    ``embed_documents`` and notebook indexing loops do); the chunks a second."""
+    start = time.perf_counter()
+    for first in range(0, len(chunks), batch):
+        embed(client, url, {**base, "input": chunks[first : first + batch]})
+    return len(chunks) / (time.perf_counter() - start)
+
+
+def query_latencies(
+    client: httpx.Client, url: str, base: dict[str, object], count: int
+) -> list[float]:
+    """Milliseconds of ``count`` one-sentence queries, one at a time (a search box)."""
+    return [
+        embed(
+            client, url, {**base, "input": f"Where is {SENTENCES[n % len(SENTENCES)][4:]}"}
+        ).seconds
+        * 1000
+        for n in range(count)
+    ]
+
+
+def embedding_workload(
+    client: httpx.Client, url: str, base: dict[str, object], args: argparse.Namespace, name: str
+) -> tuple[float, float, list[float]]:
+    """One side's three figures: short texts a second (``--texts`` a request, ``--rounds``
+    requests), corpus chunks a second, query latencies in ms; the first two printed."""
+    short = embed_rounds(client, url, {**base, "input": embedding_texts(args.texts)}, args.rounds)
+    texts_rate = print_embeddings(name, short)
+    corpus_rate = embed_corpus(
+        client, url, base, corpus_texts(args.chunks, args.chunk_tokens), args.texts
+    )
+    queries = query_latencies(client, url, base, args.queries)
+    print(
+        f"{name:<13} corpus chunks/s {corpus_rate:8.1f}  query ms p50 "
+        f"{statistics.median(queries):7.1f}  max {max(queries):7.1f}"
+    )
+    return texts_rate, corpus_rate, short[0].first
 
 
 def measure_embeddings(
     client: httpx.Client, server: Server, args: argparse.Namespace, scratch: Path
 ) -> None:
-    """Embeddings throughput of the service, and of llama-server when given."""
-    texts = embedding_texts(args.texts)
-    service_body: dict[str, object] = {"model": BUNDLED_MODEL_ID, "input": texts}
-    print(f"\nembeddings: {args.rounds} requests of {args.texts} texts, mean pooling")
-    service = embed_rounds(client, server.lmsp_url, service_body, args.rounds)
-    service_rate = print_embeddings("service", service)
+    """Embeddings throughput of the service, and of llama-server when given: short texts, a
+    corpus of ``--chunks`` chunks of ``--chunk-tokens`` tokens, ``--queries`` single queries."""
+    print(
+        f"\nembeddings, mean pooling: {args.rounds} requests of {args.texts} short texts; "
+        f"{args.chunks} chunks of ~{args.chunk_tokens} tokens, {args.texts} a request; "
+        f"{args.queries} single queries"
+    )
+    base: dict[str, object] = {"model": BUNDLED_MODEL_ID}
+    service = embedding_workload(client, server.lmsp_url, base, args, "service")
     if args.llama_server is None:
         print("llama-server: not run (--llama-server PATH)")
         return
     settings = Settings.service_defaults()
     model = ModelCatalog().get(BUNDLED_MODEL_ID).path()
+    log = scratch / "llama-server.log"
     with (
-        embedding_server(args.llama_server, model, settings, scratch / "llama-server.log") as url,
+        llama_server(args.llama_server, model, settings, log, extra=EMBEDDING_ARGUMENTS) as url,
         httpx.Client(timeout=600) as plain,
     ):
-        other = embed_rounds(plain, url, {"input": texts}, args.rounds)
-    other_rate = print_embeddings("llama-server", other)
-    ratio = service_rate / other_rate
-    verdict = "PASS" if ratio >= TARGET_EMBEDDING_RATIO else "MISS"
-    print(f"ratio service/llama-server texts/s: {ratio:.3f}   (goal >= 1: {verdict})")
-    print(
-        f"first vector, cosine service/llama-server: {cosine(service[0].first, other[0].first):.4f}"
-    )
+        other = embedding_workload(plain, f"{url}/v1", {}, args, "llama-server")
+    for label, mine, theirs in (
+        ("texts/s", service[0], other[0]),
+        ("corpus", service[1], other[1]),
+    ):
+        ratio = mine / theirs
+        verdict = "PASS" if ratio >= TARGET_EMBEDDING_RATIO else "MISS"
+        print(f"ratio service/llama-server {label}: {ratio:.3f}   (goal >= 1: {verdict})")
+    print(f"first vector, cosine service/llama-server: {cosine(service[2], other[2]):.4f}")
 
 
 def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
@@ -245,6 +294,9 @@ def command_line() -> argparse.ArgumentParser:
     """The command line."""
     parser = benchmark_parser(__doc__, tokens=128, rounds=5, prompt=DEFAULT_PROMPT, server_log=True)
     parser.add_argument("--texts", type=int, default=32, help="texts per embeddings request")
+    parser.add_argument("--chunks", type=int, default=256, help="chunks of the corpus embedded")
+    parser.add_argument("--chunk-tokens", type=int, default=200, help="tokens of a chunk, about")
+    parser.add_argument("--queries", type=int, default=20, help="single queries embedded")
     parser.add_argument(
         "--llama-server", type=Path, help="a llama-server binary to compare embeddings with"
     )

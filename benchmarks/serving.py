@@ -10,7 +10,8 @@ Same GGUF (the bundled model), same run, greedy decoding, the service's default 
 * constrained decoding: the decode rate of a JSON-schema answer against a free one;
 * raw: llama-cpp-python in this process, one stream, for the one-stream ratio.
 
-llama-server runs only when ``--llama-server PATH`` names its binary (see README.md). It measures
+llama-server runs only when ``--llama-server PATH`` names its binary (see README.md); given
+twice (a second build, e.g. without AVX-512), each binary is a column of its own. It measures
 and never asserts: the exit code is 0 whatever the numbers.
 
 Run: ``.venv/bin/python benchmarks/serving.py [--tokens 128] [--llama-server PATH]``.
@@ -19,12 +20,11 @@ Run: ``.venv/bin/python benchmarks/serving.py [--tokens 128] [--llama-server PAT
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -37,8 +37,9 @@ if not __package__:  # run as a file: python benchmarks/serving.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import run_benchmark
-from benchmarks.harness.raw import RawRunner, Settings, render_prompt
-from benchmarks.harness.server import Server, free_port, running_process, running_server
+from benchmarks.harness.llama_server import build_flags, llama_server
+from benchmarks.harness.raw import RawRunner, Settings, build_info, render_prompt
+from benchmarks.harness.server import Server, running_server
 from benchmarks.harness.sse import iter_events
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.protocol.events import FINAL_EVENTS
@@ -68,6 +69,9 @@ class Stream:
     first_s: float
     last_s: float
     end_s: float
+    #: Tokens drafted by llama-server's speculation, and those of them accepted.
+    drafted: int = 0
+    accepted: int = 0
 
     @property
     def decode_rate(self) -> float:
@@ -158,9 +162,10 @@ class LlamaServer:
         self._last_text = ""
 
     def stream(self, prompt: str, tokens: int, start: float, **options: Any) -> Stream:
-        return self._stream(render_prompt(prompt), tokens, start, **options)
+        return self.stream_text(render_prompt(prompt), tokens, start, **options)
 
-    def _stream(self, text: str, tokens: int, start: float, **options: Any) -> Stream:
+    def stream_text(self, text: str, tokens: int, start: float, **options: Any) -> Stream:
+        """Stream the completion of ``text`` (a prompt rendered already); times from ``start``."""
         body = {
             "prompt": text,
             "n_predict": tokens,
@@ -185,20 +190,28 @@ class LlamaServer:
                     pieces.append(chunk["content"])
                 if chunk.get("stop"):
                     self._last_text = "".join(pieces)
-                    return Stream(chunk.get("tokens_predicted", count), first, last, now)
+                    timings = chunk.get("timings") or {}
+                    return Stream(
+                        chunk.get("tokens_predicted", count),
+                        first,
+                        last,
+                        now,
+                        timings.get("draft_n", 0),
+                        timings.get("draft_n_accepted", 0),
+                    )
         raise RuntimeError("llama-server ended the stream without a stop chunk")
 
     def follow_up(self, history: str, tokens: int) -> tuple[float, float]:
         first_turn = render_prompt(history)
         start = time.perf_counter()
-        cold = self._stream(first_turn, tokens, start)
+        cold = self.stream_text(first_turn, tokens, start)
         answer = self._last_text
         follow = (
             f"{first_turn}{answer}<end_of_turn>\n<start_of_turn>user\nAnd then?<end_of_turn>\n"
             "<start_of_turn>model\n"
         )
         start = time.perf_counter()
-        warm = self._stream(follow, tokens, start)
+        warm = self.stream_text(follow, tokens, start)
         return cold.first_s, warm.first_s
 
 
@@ -222,32 +235,6 @@ def constrained_ratio(side: Side, tokens: int) -> float:
     else:
         bound = side.stream(prompt, tokens, time.perf_counter(), json_schema=SCHEMA)
     return bound.decode_rate / free.decode_rate
-
-
-@contextlib.contextmanager
-def llama_server(binary: Path, model: Path, settings: Settings, log: Path) -> Iterator[str]:
-    """Start llama-server with 8 slots on a free port; yield its URL; always stop it."""
-    port = free_port()
-    command = [
-        str(binary),
-        "-m",
-        str(model),
-        "-c",
-        str(settings.context_size * 8),
-        "-np",
-        "8",
-        "-t",
-        str(settings.threads),
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        # Loaded as the service loads the model: repacked weights crash decode on AMX CPUs.
-        "--no-repack",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with running_process(command, log, f"{url}/health"):
-        yield url
 
 
 def measure(side: Side, args: argparse.Namespace, history: str) -> dict[str, Any]:
@@ -302,16 +289,22 @@ def benchmark(args: argparse.Namespace, log_path: Path, scratch: Path) -> None:
     # About 30 tokens per paragraph.
     history = "Summarize this log.\n" + PARAGRAPH * max(1, args.history // 30)
     results: dict[str, dict[str, Any]] = {}
+    builds = {"service and raw": build_info()}
     extra = [f"--LmspApp.parallel={args.parallel}"] if args.parallel else []
     with running_server(log_path, extra=extra) as server:
         results["service"] = measure(Service(server), args, history)
-    if args.llama_server is not None:
-        with llama_server(args.llama_server, model, settings, scratch / "llama-server.log") as url:
-            results["llama-server"] = measure(LlamaServer(url), args, history)
+    for number, binary in enumerate(args.llama_server):
+        name = "llama-server" if number == 0 else f"llama-server {number + 1}"
+        log = scratch / f"llama-server-{number}.log"
+        with llama_server(binary, model, settings, log) as url:
+            results[name] = measure(LlamaServer(url), args, history)
+            builds[name] = f"{binary}: {build_flags(binary)}"
     raw = RawRunner(model, settings, f"Write a long story about {SUBJECTS[0]}.")
     raw.run(2)
     raw_rate = statistics.median(raw.run(args.tokens).tokens_per_s for _ in range(3))
     report(results, raw_rate, args.streams)
+    for name, build in builds.items():
+        print(f"{name}: {build}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -327,7 +320,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--history", type=int, default=1900, help="tokens of the first turn")
     parser.add_argument("--parallel", type=int, help="the service's LmspApp.parallel")
-    parser.add_argument("--llama-server", type=Path, help="a llama-server binary to compare")
+    parser.add_argument(
+        "--llama-server",
+        type=Path,
+        action="append",
+        default=[],
+        help="a llama-server binary to compare; repeat for another build (e.g. one without "
+        "AVX-512): each is one more column",
+    )
     parser.add_argument("--server-log", type=Path, help="keep the service's output here")
     return parser.parse_args(argv)
 

@@ -14,8 +14,14 @@ aggregate tokens/s with speculation on and off. The texts must be the same on an
 ``FAIL`` line if not). Goals: grounded kinds one stream >= 2x raw, edits with a prediction
 >= 3x raw, free-form >= 0.98x off, several streams >= 0.98x off.
 
-Run: ``.venv/bin/python benchmarks/speculation.py [--tokens 128] [--rounds 3] [--streams 4,8]``
-on an otherwise idle machine.
+With ``--llama-server PATH``: the same rendered prompts through llama-server's ``/completion``
+on the same GGUF, speculation off and each n-gram mode of :data:`LLAMA_MODES` (``--spec-type``;
+``--llama-modes`` picks some), one stream and ``--streams`` at once; a second table gives per
+kind llama-server's best mode, its acceptance rate and the service's rate over it (goal for
+the grounded set >= 1.3).
+
+Run: ``.venv/bin/python benchmarks/speculation.py [--tokens 128] [--rounds 3] [--streams 4,8]
+[--llama-server PATH]`` on an otherwise idle machine.
 
 ``--passes`` counts instead of timing, so it gives the same figures on a busy machine: each task
 through the service with speculation on and off, one stream, recording every forward pass after
@@ -30,12 +36,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +52,10 @@ if not __package__:  # run as a file: python benchmarks/speculation.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
-from benchmarks.harness.figures import Sample
+from benchmarks.harness.figures import Sample, num
+from benchmarks.harness.llama_server import llama_server
 from benchmarks.harness.raw import RawRunner, Settings
+from benchmarks.serving import LlamaServer
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
@@ -59,6 +70,30 @@ from lmsp_jupyter.service.responses import ResponseService
 TASKS = Path(__file__).with_name("speculation_tasks.json")
 #: Kinds whose answers repeat their context: the goal of 2x raw is theirs.
 GROUNDED = ("code_edit", "extraction", "json_csv", "follow_up")
+#: llama-server's n-gram speculation (``--spec-type``, no draft model), each with its own
+#: defaults (lookup n-grams of 12 to 24 tokens) and with short lookups and drafts (the tasks'
+#: prompts are short; llama-cpp-python documents 2 drafted tokens as best on CPUs); ``off``
+#: is always run, as the baseline.
+LLAMA_MODES: dict[str, list[str]] = {
+    "off": [],
+    "ngram-simple": ["--spec-type", "ngram-simple"],
+    "ngram-simple n3 m8": [
+        *("--spec-type", "ngram-simple"),
+        *("--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8"),
+    ],
+    "ngram-map-k": ["--spec-type", "ngram-map-k"],
+    "ngram-map-k n3 m8": [
+        *("--spec-type", "ngram-map-k"),
+        *("--spec-ngram-map-k-size-n", "3", "--spec-ngram-map-k-size-m", "8"),
+    ],
+    "ngram-map-k4v": ["--spec-type", "ngram-map-k4v"],
+    "ngram-mod": ["--spec-type", "ngram-mod"],
+    "ngram-mod n4": [
+        *("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "4"),
+        *("--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "8"),
+    ],
+    "ngram-cache": ["--spec-type", "ngram-cache"],
+}
 
 
 class Side:
@@ -133,16 +168,19 @@ async def first_turns(side: Side, tasks: list[dict[str, Any]], tokens: int) -> d
 
 async def one_stream(
     tasks: list[dict[str, Any]], tokens: int, rounds: int, model_path: Path
-) -> dict[str, dict[str, list[float]]]:
-    """Per kind and side, the decode rates (and the ``drafted`` shares of the on side)."""
+) -> tuple[dict[str, dict[str, list[float]]], list[tuple[str, str]]]:
+    """Per kind and side, the decode rates (and the ``drafted`` shares of the on side); and
+    (kind, rendered prompt) of every task, for llama-server."""
     on, off = Side(True), Side(False)
     raw = RawRunner(model_path, Settings.service_defaults(), "")
     figures: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    prompts: dict[int, tuple[str, str]] = {}
     try:
         work = bodies(tasks, await first_turns(off, tasks, tokens), tokens)
         for _ in range(rounds):
-            for kind, body in work:
+            for number, (kind, body) in enumerate(work):
                 on_sample, drafted, prompt = await on.run(body)
+                prompts[number] = (kind, prompt)
                 off_sample, _, _ = await off.run(body)
                 raw.prompt_tokens = raw.llm.tokenize(prompt.encode(), add_bos=False, special=True)
                 raw_sample = raw.run(tokens)
@@ -155,7 +193,7 @@ async def one_stream(
     finally:
         on.close()
         off.close()
-    return figures
+    return figures, list(prompts.values())
 
 
 async def many_streams(tasks: list[dict[str, Any]], tokens: int, streams: int) -> list[float]:
@@ -248,6 +286,124 @@ async def count_passes(tasks: list[dict[str, Any]], tokens: int) -> dict[str, di
     return figures
 
 
+def llama_modes(selected: str) -> dict[str, list[str]]:
+    """The llama-server modes run: :data:`LLAMA_MODES` named in ``selected`` (all if empty)."""
+    names = [name.strip() for name in selected.split(",") if name.strip()] or list(LLAMA_MODES)
+    unknown = [name for name in names if name not in LLAMA_MODES]
+    if unknown:
+        raise RuntimeError(f"unknown --llama-modes {unknown}; known: {list(LLAMA_MODES)}")
+    return {name: LLAMA_MODES[name] for name in ["off", *names] if name in LLAMA_MODES}
+
+
+@dataclass
+class ModeFigures:
+    """One llama-server mode: per kind the decode rates, drafted and accepted draft tokens and
+    output tokens; per stream count the aggregate rate."""
+
+    rates: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    drafted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    accepted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    streams: dict[int, float] = field(default_factory=dict)
+
+
+def measure_mode(
+    url: str, prompts: list[tuple[str, str]], args: argparse.Namespace, streams: list[int]
+) -> ModeFigures:
+    """The task set through one llama-server: ``--rounds`` one stream at a time (the kinds
+    with a prediction left out: llama-server takes none), then in groups of each ``streams``."""
+    server, figures = LlamaServer(url), ModeFigures()
+    plain = [(kind, prompt) for kind, prompt in prompts if not kind.endswith("+prediction")]
+    server.stream_text("Hi", 2, time.perf_counter())  # load the model
+    for _ in range(args.rounds):
+        for kind, prompt in plain:
+            stream = server.stream_text(
+                prompt, args.tokens, time.perf_counter(), cache_prompt=False
+            )
+            if stream.tokens > 1:
+                figures.rates[kind].append(stream.decode_rate)
+            figures.drafted[kind] += stream.drafted
+            figures.accepted[kind] += stream.accepted
+    for count in streams:
+        generated, start = 0, time.perf_counter()
+        with ThreadPoolExecutor(count) as pool:
+            for first in range(0, len(plain), count):
+                group = plain[first : first + count]
+                done = pool.map(
+                    lambda item: server.stream_text(item[1], args.tokens, time.perf_counter()),
+                    group,
+                )
+                generated += sum(stream.tokens for stream in done)
+        figures.streams[count] = generated / (time.perf_counter() - start)
+    return figures
+
+
+def measure_llama_server(
+    args: argparse.Namespace, prompts: list[tuple[str, str]], model: Path, scratch: Path
+) -> dict[str, ModeFigures]:
+    """Every selected mode, each in a llama-server of its own on the same GGUF; a mode that
+    does not start is reported and left out."""
+    streams = [int(n) for n in args.streams.split(",") if n]
+    slots = max([1, *streams])
+    results: dict[str, ModeFigures] = {}
+    for name, extra in llama_modes(args.llama_modes).items():
+        log = scratch / f"llama-server-{name.replace(' ', '_')}.log"
+        try:
+            with llama_server(
+                args.llama_server, model, Settings.service_defaults(), log, slots=slots, extra=extra
+            ) as url:
+                results[name] = measure_mode(url, prompts, args, streams)
+        except RuntimeError as error:
+            print(f"llama-server {name} ({' '.join(extra)}): not measured: {error}")
+    return results
+
+
+def _kinds(kind: str) -> tuple[str, ...]:
+    """The kinds a row of the table stands for: ``grounded`` is every grounded kind."""
+    return GROUNDED if kind == "grounded" else (kind,)
+
+
+def report_llama_server(
+    figures: dict[str, dict[str, list[float]]],
+    modes: dict[str, ModeFigures],
+    service_streams: dict[int, float],
+) -> None:
+    """Per kind: llama-server off, its best n-gram mode, that mode's acceptance, and the
+    service's speculation on against that best; then the streams against llama-server's best."""
+    if "off" not in modes:
+        return
+    print(f"\nllama-server, same GGUF, same run; modes: {', '.join(modes)}")
+    print("kind                 ll off  ll best  best mode            accept  drafted  on/best")
+    for kind, sides in figures.items():
+        if kind.endswith("+prediction"):
+            continue
+        kinds = _kinds(kind)
+        rates = {
+            name: _median([r for k in kinds for r in mode.rates[k]]) for name, mode in modes.items()
+        }
+        tried = [name for name in rates if name != "off" and not math.isnan(rates[name])]
+        best = max(tried, key=rates.__getitem__, default="off")
+        mode = modes[best]
+        drafted, accepted = (
+            sum(counts[k] for k in kinds) for counts in (mode.drafted, mode.accepted)
+        )
+        answers = max(1, sum(len(mode.rates[k]) for k in kinds))
+        accept = accepted / drafted if drafted else float("nan")
+        on = _median(sides["on"])
+        print(
+            f"{kind:<20} {rates['off']:6.1f}  {rates[best]:7.1f}  {best:<20} "
+            f"{num(accept, '.0%'):>6}  {accepted / answers:7.1f}  {on / rates[best]:7.2f}"
+        )
+    for count, on in service_streams.items():
+        rates = {name: mode.streams[count] for name, mode in modes.items()}
+        best = max(rates, key=rates.__getitem__)
+        print(
+            f"{count} streams, tok/s   service on {on:6.1f}  llama-server off "
+            f"{rates['off']:6.1f}  best {best} {rates[best]:6.1f}  on/best {on / rates[best]:5.2f}"
+        )
+    print("goal: grounded on/best >= 1.3. accept: accepted / drafted tokens of the best mode;")
+    print("drafted: its accepted draft tokens an answer; prediction kinds: llama-server has none")
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -270,8 +426,17 @@ def print_passes(tasks: list[dict[str, Any]], tokens: int) -> None:
         )
 
 
-def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None:
-    """Measure and print the table."""
+def with_grounded(figures: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """``figures`` and a ``grounded`` row: the values of every grounded kind together."""
+    grounded: dict[str, list[float]] = defaultdict(list)
+    for kind in GROUNDED:
+        for side, values in figures.get(kind, {}).items():
+            grounded[side] += values
+    return {**figures, "grounded": grounded}
+
+
+def benchmark(args: argparse.Namespace, scratch: Path, _log_path: Path) -> None:
+    """Measure and print the tables."""
     tasks: list[dict[str, Any]] = []
     for task in json.loads(TASKS.read_text())["tasks"]:
         if not args.tasks or sum(t["kind"] == task["kind"] for t in tasks) < args.tasks:
@@ -280,7 +445,8 @@ def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None
         print_passes(tasks, args.tokens)
         return
     model_path = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path()
-    figures = asyncio.run(one_stream(tasks, args.tokens, args.rounds, model_path))
+    figures, prompts = asyncio.run(one_stream(tasks, args.tokens, args.rounds, model_path))
+    figures = with_grounded(figures)
     print(f"model {BUNDLED_MODEL_ID}, {len(tasks)} tasks, {args.rounds} rounds, greedy")
     print(f"at most {args.tokens} tokens an answer; decode tok/s, medians")
     print("kind                  raw     off      on   on/off  on/raw  drafted")
@@ -291,11 +457,17 @@ def benchmark(args: argparse.Namespace, _scratch: Path, _log_path: Path) -> None
             f"{kind:<20} {raw:6.1f}  {off:6.1f}  {on:6.1f}  {on / off:6.2f}  {on / raw:6.2f}"
             f"  {drafted:6.0%}"
         )
+    service_streams: dict[int, float] = {}
     for streams in (int(n) for n in args.streams.split(",") if n):
         on, off = asyncio.run(many_streams(tasks, args.tokens, streams))
+        service_streams[streams] = on
         print(f"{streams} streams, tok/s   on {on:6.1f}  off {off:6.1f}  on/off {on / off:5.2f}")
     print(f"goals: {', '.join(GROUNDED)} on/raw >= 2; code_edit+prediction on/raw >= 3;")
     print("       free on/off >= 0.98; streams on/off >= 0.98")
+    print("drafted: output tokens verified from drafts (accepted draft tokens / output tokens)")
+    if args.llama_server is not None:
+        modes = measure_llama_server(args, prompts, model_path, scratch)
+        report_llama_server(figures, modes, service_streams)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--passes", action="store_true", help="count passes on and off instead of timing"
+    )
+    parser.add_argument(
+        "--llama-server", type=Path, help="a llama-server binary: its n-gram modes side by side"
+    )
+    parser.add_argument(
+        "--llama-modes",
+        default="",
+        help=f"llama-server modes, comma-separated (default: all of {', '.join(LLAMA_MODES)})",
     )
     return benchmark_main(parser, benchmark, argv)
 

@@ -18,13 +18,20 @@ from tests.helpers import ROOT
 
 #: The header of the per-side table of stream_overhead and kernel_ask.
 SIDES_HEADER = "side tokens tok/s e2e tok/s decode TTFT ms"
+#: The table header of inline.py.
+INLINE_HEADER = "requests aborted first p50 first p95 done p50 done p95 cached prompt tokens"
 #: name: (tiny arguments, table headers (the words of a whole line), starts of other lines)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "constrained": ("--tokens 4 --rounds 1", [], ["unconstrained ", "constrained ", "ratio "]),
     "inline": (
         "--lines 2 --cps 30 --max-tokens 4 --ask-tokens 8",
-        ["requests aborted first p50 first p95 done p50 done p95 cached"],
-        ["typing 2 lines at 30 chars/s", "typing alone ", "beside an ask ", "ask of 8 tokens: "],
+        [INLINE_HEADER],
+        [
+            "typing 2 lines at 30 chars/s",
+            "service, alone ",
+            "service, beside an ask ",
+            "service: ask of 8 tokens ",
+        ],
     ),
     "stream_overhead": (
         "--tokens 4 --rounds 1 --max-background 100",
@@ -81,7 +88,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["code_edit+prediction ", "follow_up ", "free ", "2 streams, tok/s "],
     ),
     "ollama": (
-        "--tokens 4 --rounds 1 --texts 2",
+        "--tokens 4 --rounds 1 --texts 2 --chunks 2 --chunk-tokens 20 --queries 1",
         [],
         [
             "output text: the same on every side",
@@ -91,6 +98,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
             "ratio ollama/responses tok/s: ",
             "ratio ollama/chat tok/s: ",
             "service       texts    2",
+            "service       corpus chunks/s ",
         ],
     ),
     "kernel_ask": (
@@ -142,3 +150,49 @@ def test_benchmark_runs_with_tiny_sizes_and_prints_its_tables(name: str, tmp_pat
     assert [header for header in headers if header.split() not in words] == []
     assert [s for s in starts if not any(line.startswith(s) for line in lines)] == []
     assert [line for line in lines if line.lstrip().startswith("FAIL")] == []
+
+
+#: The llama-server side of each benchmark that has one: (tiny arguments, starts of lines).
+WITH_LLAMA_SERVER: dict[str, tuple[str, list[str]]] = {
+    "inline": (
+        "--lines 2 --cps 30 --max-tokens 4 --ask-tokens 8",
+        [
+            "llama /infill, alone ",
+            "llama /infill, beside an ask ",
+            "llama /v1/completions, alone ",
+            "first ghost character p50, service / llama /infill: ",
+        ],
+    ),
+    "speculation": (
+        "--tokens 6 --rounds 1 --streams 2 --tasks 1 --llama-modes ngram-simple",
+        ["llama-server, same GGUF, same run; modes: off, ngram-simple", "grounded ", "2 streams, "],
+    ),
+    "serving": (
+        "--tokens 4 --streams 1,2 --history 60",
+        ["1 streams, tok/s", "llama-server: ", "llama-server 2: ", "service and raw: "],
+    ),
+    "ollama": (
+        "--tokens 4 --rounds 1 --texts 2 --chunks 2 --chunk-tokens 20 --queries 1",
+        ["llama-server  texts    2", "ratio service/llama-server corpus: "],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WITH_LLAMA_SERVER))
+def test_benchmark_runs_beside_llama_server_with_tiny_sizes(name: str, tmp_path: Path) -> None:
+    """Skipped unless ``LMSP_LLAMA_SERVER`` names a llama-server binary (serving.py gets it
+    twice, as a second build would be given)."""
+    from tests.server.remote_engines import LLAMA_SERVER_VARIABLE, skip_reason
+
+    if reason := skip_reason("llama-server"):
+        pytest.skip(reason)
+    binary = os.environ[LLAMA_SERVER_VARIABLE]
+    arguments, starts = WITH_LLAMA_SERVER[name]
+    servers = ["--llama-server", binary] * (2 if name == "serving" else 1)
+    result = run(
+        [sys.executable, "-m", f"benchmarks.{name}", *arguments.split(), *servers], tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+    assert [s for s in starts if not any(line.startswith(s) for line in lines)] == []
+    assert [line for line in lines if "not measured" in line or line.startswith("FAIL")] == []

@@ -8,6 +8,8 @@
   (:class:`lmsp_jupyter.client.SseParser`);
 * :mod:`.raw`: the bundled model in this process through llama-cpp-python, with the service's
   default settings and its rendering of the prompt: the side the service is compared with;
+* :mod:`.llama_server`: llama.cpp's ``llama-server`` on the same GGUF, loaded as the service
+  loads it, always stopped: the third-party side several benchmarks compare with;
 * :mod:`.figures`: one timed generation (:class:`Sample`), medians and spreads;
 * :mod:`.cli`: a benchmark script's command line, and how it ends: exit codes, signals, the
   server's log on failure.

@@ -6,6 +6,7 @@ Same settings as the service's defaults (the ``LmspApp`` traits) and the same re
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,6 +87,13 @@ class RawRunner:
             last = now
             pieces.append(chunk["choices"][0]["text"])
         raise RuntimeError("llama-cpp-python ended the stream without a closing chunk")
+
+
+def build_info() -> str:
+    """Which llama-cpp-python runs in this process: its version, interpreter and the CPU
+    features its llama.cpp was built with and uses (``AVX2 = 1``, ``AVX512 = 1`` ...)."""
+    features = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+    return f"llama-cpp-python {llama_cpp.__version__} ({sys.executable}): {features}"
 
 
 def print_context(
