@@ -6,7 +6,7 @@ resident set size (RSS) at each step, the manager's estimate, and the load times
 
     .venv/bin/python benchmarks/model_memory.py                  # context 8192, 3 rounds
     .venv/bin/python benchmarks/model_memory.py --context 2048 --rounds 1
-    .venv/bin/python benchmarks/model_memory.py --parallel 8         # another LmspApp.parallel
+    .venv/bin/python benchmarks/model_memory.py --parallel 8    # LocalEngine.parallel_requests 8
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__, rounds=3)
     parser.add_argument("--context", type=int, default=8192, help="context size per model")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--parallel", type=int, help="sequences per model (LmspApp.parallel)")
+    parser.add_argument(
+        "--parallel", type=int, help="sequences per model (LocalEngine.parallel_requests)"
+    )
     return benchmark_main(
         parser, lambda args, scratch, _log: asyncio.run(benchmark(args, scratch)), argv
     )

@@ -75,7 +75,7 @@ def command_line() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ARG",
-        help="one more argument for jupyter lmsp, e.g. --server-arg=--LmspApp.threads=1",
+        help="one more argument for jupyter lmsp, e.g. --server-arg=--LocalEngine.threads=1",
     )
     add(
         "--profile-server",

@@ -290,7 +290,7 @@ def benchmark(args: argparse.Namespace, log_path: Path, scratch: Path) -> None:
     history = "Summarize this log.\n" + PARAGRAPH * max(1, args.history // 30)
     results: dict[str, dict[str, Any]] = {}
     builds = {"service and raw": build_info()}
-    extra = [f"--LmspApp.parallel={args.parallel}"] if args.parallel else []
+    extra = [f"--LocalEngine.parallel_requests={args.parallel}"] if args.parallel else []
     with running_server(log_path, extra=extra) as server:
         results["service"] = measure(Service(server), args, history)
     for number, binary in enumerate(args.llama_server):
@@ -319,7 +319,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="concurrent stream counts, comma-separated (the first is the baseline)",
     )
     parser.add_argument("--history", type=int, default=1900, help="tokens of the first turn")
-    parser.add_argument("--parallel", type=int, help="the service's LmspApp.parallel")
+    parser.add_argument("--parallel", type=int, help="the service's LocalEngine.parallel_requests")
     parser.add_argument(
         "--llama-server",
         type=Path,

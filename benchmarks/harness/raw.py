@@ -1,6 +1,6 @@
 """The side the service is compared with: the bundled model in this process, llama-cpp-python.
 
-Same settings as the service's defaults (the ``LmspApp`` traits) and the same rendered prompt.
+Same settings as the service's defaults (the ``LocalEngine`` traits) and the same rendered prompt.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, cast
 import llama_cpp
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama import no_weight_repacking
-from lmsp_jupyter.server.app import LmspApp
 
 from .figures import Sample
 
@@ -26,7 +26,7 @@ DEFAULT_PROMPT = "Write a long story about a lighthouse keeper."
 
 @dataclass(frozen=True)
 class Settings:
-    """The service's default model settings, read from the ``LmspApp`` traits."""
+    """The service's default model settings, read from the ``LocalEngine`` traits."""
 
     context_size: int
     threads: int
@@ -35,7 +35,7 @@ class Settings:
     @classmethod
     def service_defaults(cls) -> Settings:
         """The defaults ``jupyter lmsp`` runs with when given no configuration."""
-        traits = LmspApp.class_traits()
+        traits = LocalEngine.class_traits()
         return cls(
             context_size=traits["context_size"].default_value,
             threads=traits["threads"].default_value,
