@@ -20,6 +20,10 @@ ROOT_VARIABLE = "LMSP_ROOT_DIR"
 #: The server's default model (``LmspApp.default_model``): what ``%lmsp ask`` asks without
 #: ``--model``.
 MODEL_VARIABLE = "LMSP_MODEL"
+#: Set by JupyterHub for every single-user server (``c.Spawner.environment``): the LMSP root
+#: of the hub's LMSP service, reached with the user's own ``$JUPYTERHUB_API_TOKEN``.
+HUB_URL_VARIABLE = "LMSP_HUB_SERVICE_URL"
+HUB_TOKEN_VARIABLE = "JUPYTERHUB_API_TOKEN"
 #: How long a running server has to answer before the next one is tried.
 _PROBE_SECONDS = 3.0
 
@@ -35,7 +39,8 @@ class ServiceLocation:
 def discover() -> ServiceLocation:
     """Find the LMSP service, starting one in this process as a last resort.
 
-    In order: ``$LMSP_URL`` (with ``$LMSP_TOKEN``); the first running Jupyter server whose
+    In order: ``$LMSP_HUB_SERVICE_URL`` (with the user's ``$JUPYTERHUB_API_TOKEN``: a hub's
+    shared service); ``$LMSP_URL`` (with ``$LMSP_TOKEN``); the first running Jupyter server whose
     ``lmsp/v1/`` answers with its token, servers whose root directory holds the current directory
     first; a Jupyter server with only this extension, started once per process on loopback.
     """
@@ -53,7 +58,11 @@ def discover() -> ServiceLocation:
 
 
 def location_from_environment(environ: Mapping[str, str]) -> ServiceLocation | None:
-    """The location ``$LMSP_URL`` and ``$LMSP_TOKEN`` name, if the URL is set."""
+    """The location ``$LMSP_HUB_SERVICE_URL`` (with ``$JUPYTERHUB_API_TOKEN``) or else
+    ``$LMSP_URL`` and ``$LMSP_TOKEN`` name, if a URL is set."""
+    hub_url = environ.get(HUB_URL_VARIABLE)
+    if hub_url:
+        return ServiceLocation(hub_url.rstrip("/"), environ.get(HUB_TOKEN_VARIABLE) or None)
     url = environ.get(URL_VARIABLE)
     if not url:
         return None

@@ -25,6 +25,7 @@ ProblemCode = Literal[
     "payload_too_large",
     "unsupported_media_type",
     "idempotency_key_reused",
+    "rate_limited",
     "overloaded",
     "engine_unavailable",
     "generation_failed",
@@ -52,6 +53,8 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "payload_too_large": (413, "Payload too large"),
     "unsupported_media_type": (415, "Unsupported media type"),
     "idempotency_key_reused": (422, "Idempotency key reused"),
+    # Not in LMSP 1.0's table: a per-owner limit of this service (docs/jupyterhub.md).
+    "rate_limited": (429, "Too many requests"),
     "overloaded": (503, "Overloaded"),
     "engine_unavailable": (503, "Engine unavailable"),
     "generation_failed": (500, "Generation failed"),

@@ -50,6 +50,7 @@ class TasksHandler(LmspHandler):
 
     async def post(self) -> None:
         owner = self.principal.owner
+        self.check_task_limit()
 
         async def create(claim: Claim | None) -> tuple[int, str]:
             def keep(db: sqlite3.Connection, task: Task) -> None:
@@ -102,7 +103,7 @@ class TaskHandler(LmspHandler):
     }
 
     def get(self, task_id: str) -> None:
-        self.write_model(self.tasks.get(task_id, self.principal.owner))
+        self.write_model(self.tasks.get(task_id, self.task_owner(task_id)))
 
 
 class TaskCancelHandler(LmspHandler):
@@ -120,7 +121,7 @@ class TaskCancelHandler(LmspHandler):
     }
 
     def post(self, task_id: str) -> None:
-        self.write_model(self.tasks.cancel(task_id, self.principal.owner))
+        self.write_model(self.tasks.cancel(task_id, self.task_owner(task_id)))
 
 
 class TaskEventsHandler(StreamingHandler):
@@ -147,4 +148,4 @@ class TaskEventsHandler(StreamingHandler):
                 self.request.headers.get("Last-Event-ID", "0"), "Last-Event-ID"
             )
         )
-        await self.send_events(self.tasks.follow(task_id, self.principal.owner, cursor))
+        await self.send_events(self.tasks.follow(task_id, self.task_owner(task_id), cursor))
