@@ -14,6 +14,7 @@ from traitlets.config import Config
 
 from lmsp_jupyter.server.hub import ADMIN_SCOPE, HubAccess
 from tests.conftest import MODEL
+from tests.helpers import eventually_async
 from tests.server.helpers import assert_problem, parse_sse, server_config
 
 USERS: dict[str, dict[str, Any]] = {
@@ -115,7 +116,8 @@ async def test_a_user_over_its_limits_gets_429_and_others_do_not(
 ) -> None:
     alice, bob = users["alice"], users["bob"]
     async with alice.stream("POST", "/responses", json=ask(stream=True)) as first:
-        async for line in first.aiter_lines():
+        lines = first.aiter_lines()
+        async for line in lines:
             if line.startswith("event:"):
                 break  # the first stream is running now
         second = await alice.post("/responses", json=ask())
@@ -126,8 +128,16 @@ async def test_a_user_over_its_limits_gets_429_and_others_do_not(
         again = await alice.post("/responses", json=ask(background=True))
         assert_problem(again, 429, "rate_limited")
         assert (await alice.post(f"/tasks/{task.json()['id']}/cancel")).status_code == 200
-    assert (await bob.post("/responses", json=ask())).status_code == 200
-    assert (await alice.post("/responses", json=ask())).status_code == 200
+        assert (await bob.post("/responses", json=ask())).status_code == 200
+        rest = [line async for line in lines]  # read to its end
+        assert "event: response.completed" in rest
+
+    async def answered() -> bool:  # the first request's slot is freed as its handler returns
+        reply = await alice.post("/responses", json=ask())
+        assert reply.status_code in (200, 429), reply.text
+        return reply.status_code == 200
+
+    await eventually_async(answered, what="alice's next request answered after her stream")
 
 
 @pytest.mark.script({"deltas": ["a", "b", "c"]})
