@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 #: The hub scope that lets a user see every user's tasks, responses and usage. Declared in
 #: ``c.JupyterHub.custom_scopes`` and granted by a role (docs/jupyterhub.md).
 ADMIN_SCOPE = "custom:lmsp:admin"
+#: What a client is told to wait when the hub does not answer, in seconds.
+HUB_RETRY_AFTER_SECONDS = 10
 #: The owner name of a hub user.
 OWNER_PREFIX = "hub:"
 
@@ -52,8 +54,16 @@ class HubAccess:
     async def principal(self, handler: Any) -> Principal | None:
         """The hub user of ``handler``'s request, or ``None`` (no credential, or one the hub
         does not know or that lacks access to this service)."""
-        found = self.auth.get_user(handler, sync=False)
-        user = await found if inspect.isawaitable(found) else found
+        try:
+            found = self.auth.get_user(handler, sync=False)
+            user = await found if inspect.isawaitable(found) else found
+        except HTTPError as exc:  # the hub does not answer, or refuses this service's token
+            handler.log.error("the hub could not say who called: %s", exc.log_message)
+            raise LmspError(
+                "overloaded",
+                "the hub does not answer; retry later",
+                retry_after=HUB_RETRY_AFTER_SECONDS,
+            ) from None
         if user is None:
             return None
         if not getattr(handler, "_token_authenticated", False):

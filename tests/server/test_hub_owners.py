@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tornado.web import HTTPError
 from traitlets.config import Config
 
 from lmsp_jupyter.server.hub import ADMIN_SCOPE, HubAccess
@@ -32,6 +33,8 @@ class HubStandIn:
 
     async def get_user(self, handler: Any, *, sync: bool = True) -> dict[str, Any] | None:
         header = handler.request.headers.get("Authorization", "")
+        if header == "Bearer hub-down":  # as HubAuth fails when the hub's API does not answer
+            raise HTTPError(500, "Failed to connect to Hub API")
         user = self.users.get(header.removeprefix("Bearer ").strip())
         handler._token_authenticated = user is not None  # as HubAuth marks a token's request
         return user
@@ -178,3 +181,13 @@ async def test_without_a_hub_credential_the_answer_is_401(
         assert_problem(await anonymous.get("/models"), 401, "unauthorized")
         wrong = await anonymous.get("/models", headers={"Authorization": "Bearer nope"})
         assert_problem(wrong, 401, "unauthorized")
+
+
+@pytest.mark.script({"deltas": ["a"]})
+async def test_a_hub_that_does_not_answer_is_503_with_retry_after(
+    users: dict[str, httpx.AsyncClient],
+) -> None:
+    reply = await users["alice"].get("/models", headers={"Authorization": "Bearer hub-down"})
+    assert_problem(reply, 503, "overloaded")
+    assert int(reply.headers["Retry-After"]) > 0
+    assert (await users["alice"].get("/models")).status_code == 200

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lmsp_jupyter.client import LmspClient
 from tests.conftest import MODEL
 from tests.helpers import eventually
 from tests.hub_service import Hub, running_hub
@@ -32,9 +33,17 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 
 
 @pytest.fixture(scope="module")
-def users(hub: Hub) -> Iterator[dict[str, httpx.Client]]:
-    tokens = {"alice": hub.token("alice"), "bob": hub.token("bob")}
-    tokens["root"] = hub.token("root", admin=True)
+def tokens(hub: Hub) -> dict[str, str]:
+    """Each user's hub token, with the scopes a spawned server's token gets."""
+    return {
+        "alice": hub.token("alice"),
+        "bob": hub.token("bob"),
+        "root": hub.token("root", admin=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def users(hub: Hub, tokens: dict[str, str]) -> Iterator[dict[str, httpx.Client]]:
     clients = {
         name: httpx.Client(
             base_url=hub.lmsp, headers={"Authorization": f"Bearer {token}"}, timeout=120
@@ -130,3 +139,22 @@ def test_the_service_is_reached_directly_only_with_a_hub_token(hub: Hub, tmp_pat
     assert_problem(
         httpx.get(f"{hub.service_url}/services/lmsp/lmsp/v1/models"), 401, "unauthorized"
     )
+
+
+def test_a_users_client_finds_the_hub_service_from_what_the_spawner_sets(
+    hub: Hub,
+    tokens: dict[str, str],
+    users: dict[str, httpx.Client],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a kernel in alice's server does: $LMSP_HUB_SERVICE_URL (c.Spawner.environment) with
+    her server's $JUPYTERHUB_API_TOKEN, before the $LMSP_URL of her own server's extension."""
+    monkeypatch.setenv("LMSP_HUB_SERVICE_URL", hub.lmsp)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", tokens["alice"])
+    monkeypatch.setenv("LMSP_URL", "http://127.0.0.1:9/lmsp/v1")
+    with LmspClient() as client:
+        assert client.base_url == hub.lmsp
+        task = client.create_task(ask())
+        assert users["alice"].get(f"/tasks/{task.id}").status_code == 200
+        assert_problem(users["bob"].get(f"/tasks/{task.id}"), 404, "task_not_found")
+        assert list(client.task_events(task.id))[-1].is_final
