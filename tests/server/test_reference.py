@@ -30,7 +30,7 @@ def test_the_module_prints_the_reference() -> None:
 def test_every_configurable_trait_of_lmspapp_has_a_section_with_its_help() -> None:
     page = reference()
     traits = LmspApp.class_own_traits(config=True)
-    assert page.count("\n## `LmspApp.") == len(traits) == 31
+    assert page.count("\n## `LmspApp.") == len(traits) == 34
     assert "## `LmspApp.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
     assert "- Default: the number of CPU cores (`os.cpu_count()`)" in page
     assert "'sha256': '&lt;hex SHA-256 of the token>'" in page
