@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from benchmarks.harness.figures import Sample, median, num
 from benchmarks.harness.raw import DEFAULT_PROMPT
 from benchmarks.harness.server import running_server
 from benchmarks.harness.sse import iter_events
+from benchmarks.remote import timed
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 
 #: One simulated user: an LMSP root and the headers of its token.
@@ -52,26 +53,12 @@ def deltas(client: httpx.Client, user: User, body: dict[str, object]) -> Iterato
                 yield json.loads(event.data)["delta"]
 
 
-def timed(stream: Callable[[], Iterator[str]], started: float) -> Sample:
-    """Time the pieces ``stream`` yields from ``started`` (when the batch began)."""
-    first = last = 0.0
-    pieces: list[str] = []
-    for piece in stream():
-        last = time.perf_counter() - started
-        if not pieces:
-            first = last
-        pieces.append(piece)
-    return Sample(len(pieces), first, last, time.perf_counter() - started, text="".join(pieces))
-
-
 def batch(users: list[User], body: dict[str, object]) -> tuple[float, list[Sample]]:
     """Every user's stream at once: the aggregate tokens/s and each stream's sample."""
     with httpx.Client(timeout=600, limits=httpx.Limits(max_connections=len(users))) as client:
         started = time.perf_counter()
         with ThreadPoolExecutor(len(users)) as pool:
-            samples = list(
-                pool.map(lambda user: timed(lambda: deltas(client, user, body), started), users)
-            )
+            samples = list(pool.map(lambda user: timed(lambda: deltas(client, user, body)), users))
         wall = time.perf_counter() - started
     return sum(sample.tokens for sample in samples) / wall, samples
 

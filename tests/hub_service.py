@@ -22,7 +22,7 @@ import httpx
 
 from lmsp_jupyter.server.hub import ADMIN_SCOPE
 from tests.conftest import free_port
-from tests.helpers import ROOT, eventually, node_env
+from tests.helpers import ROOT, eventually, install_js_clients, node_env
 
 #: JupyterHub's proxy, installed from its lockfile.
 HUB_JS = ROOT / "tests" / "clients" / "hub"
@@ -33,15 +33,7 @@ USER_SCOPES = ["access:services!service=lmsp"]
 
 def install_proxy() -> Path:
     """``npm ci`` configurable-http-proxy once; its command."""
-    if not (HUB_JS / "node_modules" / ".package-lock.json").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"],
-            cwd=HUB_JS,
-            env=node_env(),
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+    install_js_clients(HUB_JS)
     return HUB_JS / "node_modules" / ".bin" / "configurable-http-proxy"
 
 
