@@ -13,7 +13,7 @@ import pytest
 from tornado.web import HTTPError
 from traitlets.config import Config
 
-from lmsp_jupyter.server.hub import ADMIN_SCOPE, HubAccess
+from lmsp_jupyter.server.hub import ADMIN_SCOPE, HubAccess, hub_service_argv
 from tests.conftest import MODEL
 from tests.helpers import eventually_async
 from tests.server.helpers import assert_problem, parse_sse, server_config
@@ -191,3 +191,22 @@ async def test_a_hub_that_does_not_answer_is_503_with_retry_after(
     assert_problem(reply, 503, "overloaded")
     assert int(reply.headers["Retry-After"]) > 0
     assert (await users["alice"].get("/models")).status_code == 200
+
+
+def test_hub_service_listens_where_the_hubs_environment_says() -> None:
+    environ = {
+        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:10101",
+        "JUPYTERHUB_SERVICE_PREFIX": "/services/lmsp/",
+        "JUPYTERHUB_API_TOKEN": "secret",
+    }
+    assert hub_service_argv(["--hub-service", "--LmspApp.parallel=2"], environ) == [
+        "--ServerApp.ip=127.0.0.1",
+        "--ServerApp.port=10101",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.base_url=/services/lmsp/",
+        "--LmspApp.hub_service=True",
+        "--LmspApp.parallel=2",
+    ]
+    assert hub_service_argv(["--LmspApp.parallel=2"], {}) == ["--LmspApp.parallel=2"]
+    with pytest.raises(SystemExit, match="JUPYTERHUB_SERVICE_URL"):
+        hub_service_argv(["--hub-service"], {"JUPYTERHUB_API_TOKEN": "secret"})
