@@ -83,13 +83,13 @@ def node_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def install_js_clients() -> None:
-    """``npm ci`` the client packages once (a fresh machine has none)."""
-    if (JS_CLIENTS / "node_modules" / ".package-lock.json").exists():
+def install_js_clients(directory: Path = JS_CLIENTS) -> None:
+    """``npm ci`` the packages of ``directory`` once (a fresh machine has none)."""
+    if (directory / "node_modules" / ".package-lock.json").exists():
         return
     subprocess.run(
         ["npm", "ci", "--no-audit", "--no-fund"],
-        cwd=JS_CLIENTS,
+        cwd=directory,
         env=node_env(),
         check=True,
         capture_output=True,

@@ -101,6 +101,16 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
             "service       corpus chunks/s ",
         ],
     ),
+    "hub": (
+        "--users 2 --tokens 2 --rounds 1",
+        [],
+        [
+            "2 users, one stream each",
+            "direct   users    2",
+            "hub      users    2",
+            "ratio hub/direct ",
+        ],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],

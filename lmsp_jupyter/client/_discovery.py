@@ -7,14 +7,20 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..protocol.environment import TOKEN_VARIABLE, URL_VARIABLE
+from ..protocol.environment import (
+    HUB_TOKEN_VARIABLE,
+    HUB_URL_VARIABLE,
+    TOKEN_VARIABLE,
+    URL_VARIABLE,
+)
 from ._location import ServiceLocation, answers
 
 
 def discover() -> ServiceLocation:
     """Find the LMSP service, starting one in this process as a last resort.
 
-    In order: ``$LMSP_URL`` (with ``$LMSP_TOKEN``); the first running Jupyter server whose
+    In order: ``$LMSP_HUB_SERVICE_URL`` (with the user's ``$JUPYTERHUB_API_TOKEN``: a hub's
+    shared service); ``$LMSP_URL`` (with ``$LMSP_TOKEN``); the first running Jupyter server whose
     ``lmsp/v1/`` answers with its token, servers whose root directory holds the current directory
     first; a Jupyter server with only this extension, started once per process on loopback.
     """
@@ -32,7 +38,11 @@ def discover() -> ServiceLocation:
 
 
 def location_from_environment(environ: Mapping[str, str]) -> ServiceLocation | None:
-    """The location ``$LMSP_URL`` and ``$LMSP_TOKEN`` name, if the URL is set."""
+    """The location ``$LMSP_HUB_SERVICE_URL`` (with ``$JUPYTERHUB_API_TOKEN``) or else
+    ``$LMSP_URL`` and ``$LMSP_TOKEN`` name, if a URL is set."""
+    hub_url = environ.get(HUB_URL_VARIABLE)
+    if hub_url:
+        return ServiceLocation(hub_url.rstrip("/"), environ.get(HUB_TOKEN_VARIABLE) or None)
     url = environ.get(URL_VARIABLE)
     if not url:
         return None

@@ -16,3 +16,8 @@ ROOT_VARIABLE = "LMSP_ROOT_DIR"
 #: The server's default model (``LmspApp.default_model``): what ``%lmsp ask`` asks without
 #: ``--model``.
 MODEL_VARIABLE = "LMSP_MODEL"
+#: Set by JupyterHub for every single-user server (``c.Spawner.environment``): the LMSP root
+#: of the hub's LMSP service, reached with the user's own ``$JUPYTERHUB_API_TOKEN``.
+HUB_URL_VARIABLE = "LMSP_HUB_SERVICE_URL"
+#: The user's hub token, which JupyterHub sets in every single-user server.
+HUB_TOKEN_VARIABLE = "JUPYTERHUB_API_TOKEN"

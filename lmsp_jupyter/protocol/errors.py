@@ -26,6 +26,7 @@ ProblemCode = Literal[
     "payload_too_large",
     "unsupported_media_type",
     "idempotency_key_reused",
+    "rate_limited",
     "overloaded",
     "engine_unavailable",
     "generation_failed",
@@ -53,12 +54,15 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "payload_too_large": (413, "Payload too large"),
     "unsupported_media_type": (415, "Unsupported media type"),
     "idempotency_key_reused": (422, "Idempotency key reused"),
+    "rate_limited": (429, "Too many requests"),
     "overloaded": (503, "Overloaded"),
     "engine_unavailable": (503, "Engine unavailable"),
     "generation_failed": (500, "Generation failed"),
     "service_restarted": (500, "Service restarted"),
     "internal_error": (500, "Internal error"),
 }
+#: Codes this service adds to LMSP 1.0's table (9.3): a per-owner limit (docs/jupyterhub.md).
+EXTENSION_CODES = frozenset({"rate_limited"})
 #: The statuses of problem documents: an answer with another status is not a problem.
 PROBLEM_STATUSES = frozenset(status for status, _ in PROBLEM_TYPES.values())
 

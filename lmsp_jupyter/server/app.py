@@ -44,6 +44,7 @@ from ..service.database import Database
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
+from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store import (
@@ -51,11 +52,13 @@ from ..service.store import (
     LeaseRecords,
     ResponseRecords,
     TaskRecords,
+    UsageRecords,
     now,
 )
 from ..service.stores import open_store
 from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
 from .auth import ScopedTokens
+from .hub import hub_access, hub_service_argv, usage_handlers
 from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
 from .routes import default_handlers, ollama_handlers
@@ -248,6 +251,26 @@ class LmspApp(ExtensionApp):
         "'scopes': ['models:read', 'responses:write']}]. Only the hash is configured.",
     ).tag(config=True)
 
+    hub_service = Bool(
+        False,
+        help="Run as a JupyterHub service (jupyter lmsp --hub-service sets it, with where to "
+        "listen from the hub's JUPYTERHUB_* environment): callers are the hub's users, by "
+        "their hub token or the hub's OAuth login; each owns its own tasks and responses, and "
+        "users with the hub scope custom:lmsp:admin see everyone's. See docs/jupyterhub.md.",
+    ).tag(config=True)
+
+    owner_max_requests = Int(
+        0,
+        help="Direct requests (streamed or not) one owner (a hub user, a configured token) may "
+        "run at once; one more → 429 rate_limited with Retry-After. 0: no limit.",
+    ).tag(config=True)
+
+    owner_max_tasks = Int(
+        0,
+        help="Tasks (and background responses) one owner may have queued or running; one more "
+        "→ 429 rate_limited with Retry-After. 0: no limit.",
+    ).tag(config=True)
+
     remote_servers = List(
         Dict(),
         default_value=[],
@@ -370,8 +393,13 @@ class LmspApp(ExtensionApp):
             embedding_pooling=self.embedding_models,
         )
         self.embeddings = EmbeddingService(models, embedders)
+        usage = UsageRecords(store)
         responses = ResponseService(
-            models, self.engine, ResponseRecords(store), max_queued=self.max_queued_tasks
+            models,
+            self.engine,
+            ResponseRecords(store),
+            max_queued=self.max_queued_tasks,
+            usage=usage,
         )
         self.task_service = TaskService(
             responses,
@@ -390,6 +418,10 @@ class LmspApp(ExtensionApp):
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
+            lmsp_store=store,
+            lmsp_usage=usage,
+            lmsp_limits=OwnerLimits(self.owner_max_requests, self.owner_max_tasks),
+            lmsp_hub=self._hub_access(),
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.sse_keepalive_seconds,
             lmsp_slow_client_seconds=self.slow_client_seconds,
@@ -405,6 +437,14 @@ class LmspApp(ExtensionApp):
                 self.engine.refresh, self.remote_refresh_seconds * 1000
             )
             self._remote_refresher.start()
+
+    def _hub_access(self) -> Any:
+        """The hub's auth in hub mode (its OAuth cookie signed with the server's secret)."""
+        if not self.hub_service:
+            return None
+        access = hub_access(parent=self, cache_max_age=60)
+        self.settings["hub_auth"] = access.auth  # what the OAuth callback handler reads
+        return access
 
     def _share_log(self) -> None:
         """The package's own loggers (model assembly, the engine) write to the server's log."""
@@ -474,7 +514,12 @@ class LmspApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
-        self.handlers.extend([*ollama_handlers, *default_handlers])
+        handlers: list[tuple[str, Any]] = [*ollama_handlers, *usage_handlers]
+        if self.hub_service:
+            from jupyterhub.services.auth import HubOAuthCallbackHandler
+
+            handlers.append((r"/oauth_callback", HubOAuthCallbackHandler))
+        self.handlers.extend([*handlers, *default_handlers])
 
     async def stop_extension(self) -> None:
         """Stop the Ollama listener, the tasks, the purge and the model workers."""
@@ -527,5 +572,9 @@ def export_default_model(model: str, environ: MutableMapping[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None, **kwargs: Any) -> None:
-    """``jupyter lmsp``: run the LMSP service on its own Jupyter server."""
+    """``jupyter lmsp``: run the LMSP service on its own Jupyter server (``--hub-service``: as
+    a JupyterHub service, where the hub's environment says)."""
+    import sys
+
+    argv = hub_service_argv(sys.argv[1:] if argv is None else argv)
     LmspApp.launch_instance(argv, open_browser=False, **kwargs)  # type: ignore[no-untyped-call]

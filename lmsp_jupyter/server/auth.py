@@ -24,6 +24,8 @@ class Principal:
 
     owner: str
     scopes: frozenset[str]
+    #: Whether it may read, follow and cancel every owner's tasks and responses (a hub admin).
+    admin: bool = False
 
 
 JUPYTER_USER = Principal(OWNER, frozenset(JUPYTER_SCOPES))

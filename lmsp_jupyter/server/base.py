@@ -19,8 +19,10 @@ from ..protocol.requests import parse_json_body
 from ..service.database import store_problem
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import Action, IdempotencyKeys, Outcome
+from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
+from ..service.store import response_owner, task_owner, unfinished_tasks
 from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 from .fingerprint import fingerprint
@@ -105,11 +107,14 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
             if not self.check_origin():
                 raise LmspError("forbidden_origin", "requests from this origin are not allowed")
             return
-        if self.current_user is not None:
+        hub = self.settings.get("lmsp_hub")
+        if hub is None and self.current_user is not None:
             self.principal = JUPYTER_USER
         else:
             tokens: ScopedTokens = self.settings["lmsp_tokens"]
             principal = tokens.find(self.request.headers.get("Authorization"))
+            if principal is None and hub is not None:
+                principal = await hub.principal(self)
             if principal is None:
                 raise LmspError(
                     "unauthorized",
@@ -138,6 +143,30 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         if outcome is not None and outcome.replayed:
             self.set_header("Idempotent-Replayed", "true")
         return outcome
+
+    def task_owner(self, task_id: str) -> str:
+        """The owner whose task ``task_id`` the caller may reach: its own, or (an admin) the
+        task's owner."""
+        owner = task_owner(self.settings["lmsp_store"], task_id) if self.principal.admin else None
+        return owner or self.principal.owner
+
+    def response_owner(self, response_id: str) -> str:
+        """The owner whose response ``response_id`` the caller may reach (as :meth:`task_owner`)."""
+        store = self.settings["lmsp_store"]
+        owner = response_owner(store, response_id) if self.principal.admin else None
+        return owner or self.principal.owner
+
+    @property
+    def limits(self) -> OwnerLimits:
+        """The per-owner limits of this server."""
+        limits: OwnerLimits = self.settings["lmsp_limits"]
+        return limits
+
+    def check_task_limit(self) -> None:
+        """Refuse one more task of a caller at its limit of queued and running ones."""
+        if self.limits.max_tasks:
+            owner = self.principal.owner
+            self.limits.check_tasks(unfinished_tasks(self.settings["lmsp_store"], owner))
 
     def _fingerprint(self) -> str:
         try:

@@ -245,6 +245,7 @@ _ERROR_HEADERS: dict[int, dict[str, bool]] = {
     401: {"WWW-Authenticate": True},
     403: {"WWW-Authenticate": False},  # only insufficient_scope carries a challenge
     405: {"Allow": True},
+    429: {"Retry-After": True},
     503: {"Retry-After": True},
 }
 

@@ -41,7 +41,12 @@ class _CreatingHandler(StreamingHandler):
     """A ``POST`` that creates an answer, as JSON or as SSE, under an ``Idempotency-Key``."""
 
     async def post(self) -> None:
-        outcome = await self.idempotent(self._respond, wait_if_running=False)
+        if self._background_requested():
+            self.check_task_limit()
+            outcome = await self.idempotent(self._respond, wait_if_running=False)
+        else:
+            with self.limits.request(self.principal.owner):
+                outcome = await self.idempotent(self._respond, wait_if_running=False)
         if outcome is None or self._finished:
             return
         if outcome.replayed and self.json_body().get("stream") is True:
@@ -53,6 +58,13 @@ class _CreatingHandler(StreamingHandler):
 
     async def _respond(self, claim: Claim | None) -> Answer:
         raise NotImplementedError
+
+    def _background_requested(self) -> bool:
+        """Whether the body asks for a task (a body refused later asks for nothing here)."""
+        try:
+            return self.json_body().get("background") is True
+        except LmspError:
+            return False
 
     async def _replay(self, body: str) -> None:
         """Send a streamed answer again (its key was used before)."""
@@ -247,7 +259,7 @@ class ResponseHandler(StreamingHandler):
     }
 
     async def get(self, response_id: str) -> None:
-        owner = self.principal.owner
+        owner = self.response_owner(response_id)
         stream = self.get_argument("stream", "false")
         if stream not in ("true", "false"):
             raise LmspError("invalid_request", "stream must be true or false", param="stream")
@@ -280,6 +292,6 @@ class ResponseCancelHandler(LmspHandler):
     }
 
     def post(self, response_id: str) -> None:
-        owner = self.principal.owner
+        owner = self.response_owner(response_id)
         self.tasks.cancel(self.tasks.task_of_response(response_id, owner), owner)
         self.write_model(self.tasks.response(response_id, owner))

@@ -48,6 +48,7 @@ class TasksHandler(LmspHandler):
 
     async def post(self) -> None:
         owner = self.principal.owner
+        self.check_task_limit()
 
         async def create(claim: Claim | None) -> tuple[int, str]:
             task = await self.tasks.create(self.json_body(), owner, claim)
@@ -96,7 +97,7 @@ class TaskHandler(LmspHandler):
     }
 
     def get(self, task_id: str) -> None:
-        self.write_model(self.tasks.get(task_id, self.principal.owner))
+        self.write_model(self.tasks.get(task_id, self.task_owner(task_id)))
 
 
 class TaskCancelHandler(LmspHandler):
@@ -114,7 +115,7 @@ class TaskCancelHandler(LmspHandler):
     }
 
     def post(self, task_id: str) -> None:
-        self.write_model(self.tasks.cancel(task_id, self.principal.owner))
+        self.write_model(self.tasks.cancel(task_id, self.task_owner(task_id)))
 
 
 class TaskEventsHandler(StreamingHandler):
@@ -141,4 +142,4 @@ class TaskEventsHandler(StreamingHandler):
                 self.request.headers.get("Last-Event-ID", "0"), "Last-Event-ID"
             )
         )
-        await self.send_events(self.tasks.follow(task_id, self.principal.owner, cursor))
+        await self.send_events(self.tasks.follow(task_id, self.task_owner(task_id), cursor))

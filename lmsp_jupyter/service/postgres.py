@@ -80,6 +80,19 @@ MIGRATIONS: list[str] = [
         expires_at DOUBLE PRECISION NOT NULL
     );
     """,
+    # One service for many owners (a JupyterHub service): the tokens each owner's responses
+    # used, added up, and the owner's unfinished tasks counted quickly.
+    """
+    CREATE TABLE usage (
+        owner TEXT PRIMARY KEY,
+        responses INTEGER NOT NULL DEFAULT 0,
+        input_tokens BIGINT NOT NULL DEFAULT 0,
+        output_tokens BIGINT NOT NULL DEFAULT 0,
+        updated_at BIGINT NOT NULL
+    );
+    CREATE INDEX unfinished_tasks_by_owner ON tasks (owner)
+        WHERE status IN ('queued', 'in_progress');
+    """,
 ]
 
 #: The advisory lock that one starting process holds while it migrates.

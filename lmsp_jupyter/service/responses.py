@@ -57,7 +57,7 @@ from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
 from .queue import ModelQueue, Ticket
 from .run import OWNER, ResponseRun
-from .store import ResponseRecords
+from .store import ResponseRecords, UsageRecords
 
 __all__ = [
     "OWNER",
@@ -81,10 +81,13 @@ class ResponseService:
         records: ResponseRecords | None = None,
         *,
         max_queued: int = 64,
+        usage: UsageRecords | None = None,
     ) -> None:
         self.models = models
         self.engine = engine
         self.records = records
+        #: Where each owner's token usage is added up (``None``: it is not).
+        self.usage = usage
         self.history = ResponseHistory(records)
         self.queue = ModelQueue(max_queued)
 
@@ -230,6 +233,8 @@ class ResponseService:
                 if started is not None:
                     started()
                 async for event in self._generate(run, cancel or CancelToken()):
+                    if event.is_final:
+                        self._count(run)
                     yield self._kept(run, event) if event.is_final else event
         except (LmspError, EngineError) as exc:
             if loaded:
@@ -252,6 +257,15 @@ class ResponseService:
                 run.entry.id, self.engine.parallel(run.entry), priority=run.priority
             )
         return run.ticket
+
+    def _count(self, run: ResponseRun) -> None:
+        """Add ``run``'s tokens to its owner's usage (a failure is logged, not the run's)."""
+        if self.usage is None or run.usage is None:
+            return
+        try:
+            self.usage.add(run.owner, run.usage.input_tokens, run.usage.output_tokens)
+        except Exception:
+            log.exception("the usage of response %s could not be counted", run.id)
 
     def _kept(self, run: ResponseRun, final: ResponseEvent) -> ResponseEvent:
         """Keep ``run`` (``store: true``) before its ``final`` event; failing that, the final

@@ -97,6 +97,19 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE tasks ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
     """,
+    # One service for many owners (a JupyterHub service): the tokens each owner's responses
+    # used, added up, and the owner's unfinished tasks counted quickly.
+    """
+    CREATE TABLE usage (
+        owner TEXT PRIMARY KEY,
+        responses INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX unfinished_tasks_by_owner ON tasks (owner)
+        WHERE status IN ('queued', 'in_progress');
+    """,
 ]
 
 #: The statuses of a task that has not ended.
@@ -412,6 +425,56 @@ class ResponseRecords:
         """Drop responses stored before ``before``."""
         with self.store.transaction() as db:
             return db.execute("DELETE FROM responses WHERE created_at < ?", (before,)).rowcount
+
+
+class UsageRecords:
+    """The SQL of each owner's token usage, added up over its responses."""
+
+    def __init__(self, store: Database) -> None:
+        self.store = store
+
+    def add(self, owner: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one more response of ``owner`` and the tokens it used."""
+        with self.store.transaction() as db:
+            db.execute(
+                "INSERT INTO usage (owner, responses, input_tokens, output_tokens, updated_at)"
+                " VALUES (?, 1, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET"
+                " responses = usage.responses + 1,"
+                " input_tokens = usage.input_tokens + excluded.input_tokens,"
+                " output_tokens = usage.output_tokens + excluded.output_tokens,"
+                " updated_at = excluded.updated_at",
+                (owner, input_tokens, output_tokens, now()),
+            )
+
+    def of(self, owner: str | None) -> list[Row]:
+        """The usage of ``owner`` (``None``: of every owner), by owner."""
+        if owner is None:
+            return self.store.fetchall("SELECT * FROM usage ORDER BY owner")
+        return self.store.fetchall("SELECT * FROM usage WHERE owner = ?", (owner,))
+
+
+def task_owner(store: Database, task_id: str) -> str | None:
+    """The owner of a task; ``None``: there is none."""
+    row = store.fetchone("SELECT owner FROM tasks WHERE id = ?", (task_id,))
+    return None if row is None else str(row["owner"])
+
+
+def response_owner(store: Database, response_id: str) -> str | None:
+    """The owner of a stored response or of the task answering with it; ``None``: neither."""
+    row = store.fetchone(
+        "SELECT owner FROM responses WHERE id = ?"
+        " UNION ALL SELECT owner FROM tasks WHERE response_id = ? LIMIT 1",
+        (response_id, response_id),
+    )
+    return None if row is None else str(row["owner"])
+
+
+def unfinished_tasks(store: Database, owner: str) -> int:
+    """How many of ``owner``'s tasks are queued or running."""
+    row = store.fetchone(
+        f"SELECT count(*) AS unfinished FROM tasks WHERE owner = ? AND {UNFINISHED}", (owner,)
+    )
+    return 0 if row is None else int(row["unfinished"])
 
 
 class IdempotencyRecords:

@@ -9,7 +9,13 @@ from typing import get_args
 import pytest
 
 from lmsp_jupyter.protocol import events
-from lmsp_jupyter.protocol.errors import PROBLEM_TYPES, LmspError, Problem, ProblemCode
+from lmsp_jupyter.protocol.errors import (
+    EXTENSION_CODES,
+    PROBLEM_TYPES,
+    LmspError,
+    Problem,
+    ProblemCode,
+)
 from lmsp_jupyter.protocol.ids import new_id
 from lmsp_jupyter.protocol.items import OutputMessage, OutputText
 from lmsp_jupyter.protocol.responses import IncompleteDetails, Usage
@@ -26,11 +32,15 @@ USAGE = Usage(input_tokens=28, output_tokens=31, total_tokens=59)
 
 
 def test_every_spec_error_code_has_the_spec_status() -> None:
-    assert {code: status for code, (status, _) in PROBLEM_TYPES.items()} == SPEC_STATUSES
+    statuses = {code: status for code, (status, _) in PROBLEM_TYPES.items()}
+    assert {
+        code: statuses[code] for code in statuses if code not in EXTENSION_CODES
+    } == SPEC_STATUSES
 
 
-def test_problem_code_type_lists_exactly_the_spec_codes() -> None:
-    assert set(get_args(ProblemCode)) == set(SPEC_STATUSES)
+def test_problem_code_type_lists_exactly_the_spec_codes_and_this_services_own() -> None:
+    assert not EXTENSION_CODES & set(SPEC_STATUSES)
+    assert set(get_args(ProblemCode)) == set(SPEC_STATUSES) | EXTENSION_CODES
 
 
 @pytest.mark.parametrize("code", sorted(SPEC_STATUSES))
