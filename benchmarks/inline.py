@@ -156,9 +156,12 @@ def prompt_parts(above: tuple[str, ...], before: str, after: str, budget_tokens:
     suffix = keep_start(after, budget // 4)
     room = budget - len(suffix)
     parts = [part for part in map(cell_part, above) if part]
-    size = sum(map(len, parts)) + len(before)
-    while parts and size > room:
-        size -= len(parts.pop(0))
+    over = sum(map(len, parts)) + len(before) - room
+    step = max(1, room // 4)
+    cut = -(-over // step) * step if over > 0 else 0
+    dropped = 0
+    while parts and dropped < cut:
+        dropped += len(parts.pop(0))
     kept = keep_end(before, room)
     return Parts("".join(parts) + kept, suffix, tuple(parts), kept)
 

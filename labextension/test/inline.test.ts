@@ -43,6 +43,21 @@ describe('promptParts', () => {
     expect(first.prompt.length).toBeLessThanOrEqual(40 * CHARS_PER_TOKEN);
   });
 
+  it('moves the start of the prompt once a quarter of the budget is typed, not every cell', () => {
+    const above = Array.from({ length: 60 }, (_, i) => code(`x${i} = ${i}`));
+    const budget = 40; // tokens: a room of 120 characters, steps of 30
+    const typed = 'total = ' + Array.from({ length: 10 }, (_, i) => `x${i}`).join(' + ');
+    const starts = new Set<string>();
+    for (let end = 1; end <= typed.length; end++) {
+      const parts = promptParts(above, typed.slice(0, end), '', 'python', budget);
+      expect(parts.prompt.length).toBeLessThanOrEqual(budget * CHARS_PER_TOKEN);
+      starts.add(parts.prompt.slice(0, 8));
+    }
+    // the text grows by typed.length (about 70) characters, crossing 8 cell boundaries
+    expect(starts.size).toBeLessThanOrEqual(Math.ceil(typed.length / 30) + 1);
+    expect(starts.size).toBeGreaterThan(1);
+  });
+
   it('gives the suffix at most a quarter of the budget, from its start', () => {
     const after = Array.from({ length: 50 }, (_, i) => `line${i}`).join('\n');
     const parts = promptParts([], 'x', after, 'python', 40);

@@ -189,6 +189,25 @@ async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
     assert reused_done.prompt_tokens == fresh_done.prompt_tokens == len(follow.tokens)
 
 
+async def test_a_prompt_sharing_only_its_start_with_a_cache_leaves_that_cache_alone(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    """Typing in a cell while an ask starts: the ask shares ``<bos>`` with the completion's
+    cache, and takes an empty slot; the next keystroke's completion finds its cache whole."""
+    code = prompt_of(tokenizer, "<bos>" + "".join(f"x{n} = {n}\n" for n in range(40)))
+    ask = prompt_of(tokenizer, "<bos><start_of_turn>user\nName a fruit.<end_of_turn>\n")
+    typed = prompt_of(tokenizer, code.text + "x40 =")
+    engine = new_engine(parallel=2)
+    try:
+        await generate(engine, entry, code, SamplingParams(2, temperature=0.0))
+        _, asked = await generate(engine, entry, ask, SamplingParams(2, temperature=0.0))
+        _, completed = await generate(engine, entry, typed, SamplingParams(2, temperature=0.0))
+    finally:
+        engine.close()
+    assert asked.cached_tokens <= 1
+    assert completed.cached_tokens >= len(code.tokens) - 1
+
+
 def test_the_long_conversation_is_longer_than_the_sliding_window(
     tokenizer: LlamaTokenizer,
 ) -> None:

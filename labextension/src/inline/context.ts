@@ -100,7 +100,10 @@ export function keepStart(text: string, budget: number): string {
 /**
  * The prompt and suffix of a completion at the cursor: `above` (the cells above the current
  * one, top first) and `before` form the prompt, `after` the suffix. The suffix takes at most a
- * quarter of `budgetTokens`; cells are dropped from the top while the prompt is over the rest.
+ * quarter of `budgetTokens`. Cells are dropped from the top as `keepEnd` cuts: what is over the
+ * rest is rounded up to a step of a quarter of it, and whole cells go until that much has, so
+ * the cells dropped change only each time the user has typed another step, not at every cell
+ * boundary the growing text crosses.
  */
 export function promptParts(
   above: ICellText[],
@@ -113,9 +116,12 @@ export function promptParts(
   const suffix = keepStart(after, Math.floor(budget / 4));
   const room = budget - suffix.length;
   const parts = above.map(cell => cellPart(cell, language)).filter(part => part);
-  let size = parts.reduce((total, part) => total + part.length, 0) + before.length;
-  while (parts.length && size > room) {
-    size -= parts.shift()!.length;
+  const over = parts.reduce((total, part) => total + part.length, 0) + before.length - room;
+  const step = Math.max(1, Math.floor(room / 4));
+  const cut = over > 0 ? Math.ceil(over / step) * step : 0;
+  let dropped = 0;
+  while (parts.length && dropped < cut) {
+    dropped += parts.shift()!.length;
   }
   return { prompt: parts.join('') + keepEnd(before, room), suffix };
 }

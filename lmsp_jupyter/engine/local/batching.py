@@ -46,6 +46,9 @@ PROMPT_TOKENS_WHILE_DECODING = 32
 #: Prompt tokens one step evaluates when no sequence decodes; bounds how long a new request
 #: or a cancellation waits for the step in progress.
 PROMPT_TOKENS_ALONE = 128
+#: The share of a prompt, and of a slot's cache, that the two must have in common for the prompt
+#: to take that slot rather than an empty one (or the one used longest ago).
+MIN_SHARED_PREFIX = 0.1
 
 
 class _Load:
@@ -251,11 +254,22 @@ class ModelWorker:
         )
 
     def _place(self, sequence: _Sequence) -> None:
-        """Give ``sequence`` the free slot whose cache shares the longest prefix with it."""
+        """Give ``sequence`` the free slot whose cache shares the longest prefix with it, when
+        that prefix is at least a tenth of the longer of its prompt and the cache (as
+        llama-server's default ``--slot-prompt-similarity``, which looks at the prompt only);
+        else an empty slot, else the one used longest ago. So a request that shares only its
+        first tokens with a cache (``<bos>``, a chat turn's start) does not overwrite it: the
+        next keystroke's completion, or the conversation's next turn, finds it whole."""
         assert self._model is not None
         free = [slot for slot in self._slots if slot.sequence is None]
         reuse = {slot.id: self._reusable(slot, sequence.tokens) for slot in free}
-        slot = max(free, key=lambda s: (reuse[s.id], not s.tokens, -s.used_at))
+        hits = {
+            slot.id: reuse[slot.id]
+            if reuse[slot.id] >= MIN_SHARED_PREFIX * max(len(sequence.tokens), len(slot.tokens))
+            else 0
+            for slot in free
+        }
+        slot = max(free, key=lambda s: (hits[s.id], not s.tokens, -s.used_at))
         kept = reuse[slot.id]
         self._model.forget(slot.id, kept)
         slot.keep(kept)
