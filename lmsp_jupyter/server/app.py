@@ -418,7 +418,6 @@ class LmspApp(ExtensionApp):
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
-            lmsp_store=store,
             lmsp_usage=usage,
             lmsp_limits=OwnerLimits(self.owner_max_requests, self.owner_max_tasks),
             lmsp_hub=self._hub_access(),

@@ -22,7 +22,6 @@ from ..service.idempotency import Action, IdempotencyKeys, Outcome
 from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
-from ..service.store import response_owner, task_owner, unfinished_tasks
 from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 from .fingerprint import fingerprint
@@ -147,13 +146,12 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
     def task_owner(self, task_id: str) -> str:
         """The owner whose task ``task_id`` the caller may reach: its own, or (an admin) the
         task's owner."""
-        owner = task_owner(self.settings["lmsp_store"], task_id) if self.principal.admin else None
+        owner = self.tasks.owner(task_id) if self.principal.admin else None
         return owner or self.principal.owner
 
     def response_owner(self, response_id: str) -> str:
         """The owner whose response ``response_id`` the caller may reach (as :meth:`task_owner`)."""
-        store = self.settings["lmsp_store"]
-        owner = response_owner(store, response_id) if self.principal.admin else None
+        owner = self.service.owner(response_id) if self.principal.admin else None
         return owner or self.principal.owner
 
     @property
@@ -165,8 +163,7 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
     def check_task_limit(self) -> None:
         """Refuse one more task of a caller at its limit of queued and running ones."""
         if self.limits.max_tasks:
-            owner = self.principal.owner
-            self.limits.check_tasks(unfinished_tasks(self.settings["lmsp_store"], owner))
+            self.limits.check_tasks(self.tasks.unfinished(self.principal.owner))
 
     def _fingerprint(self) -> str:
         try:

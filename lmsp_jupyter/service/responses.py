@@ -91,6 +91,11 @@ class ResponseService:
         self.history = ResponseHistory(records)
         self.queue = ModelQueue(max_queued)
 
+    def owner(self, response_id: str) -> str | None:
+        """Whose stored response (or task's response) ``response_id`` is, for an admin reaching
+        it; ``None``: nobody's, or nothing is stored."""
+        return None if self.records is None else self.records.owner(response_id)
+
     async def start(self, request: ResponseRequest, owner: str = OWNER) -> ResponseRun:
         """Check the request against its model and render its prompt, before any generation."""
         entry = self.models.entry(request.model)

@@ -270,6 +270,18 @@ class TaskRecords:
         """The task that runs the response ``response_id``."""
         return self.store.fetchone("SELECT * FROM tasks WHERE response_id = ?", (response_id,))
 
+    def owner(self, task_id: str) -> str | None:
+        """The owner of a task; ``None``: there is none."""
+        row = self.store.fetchone("SELECT owner FROM tasks WHERE id = ?", (task_id,))
+        return None if row is None else str(row["owner"])
+
+    def unfinished(self, owner: str) -> int:
+        """How many of ``owner``'s tasks are queued or running."""
+        row = self.store.fetchone(
+            f"SELECT count(*) AS unfinished FROM tasks WHERE owner = ? AND {UNFINISHED}", (owner,)
+        )
+        return 0 if row is None else int(row["unfinished"])
+
     def newest(
         self, owner: str, limit: int, status: str | None, metadata: dict[str, str]
     ) -> list[Row]:
@@ -413,6 +425,15 @@ class ResponseRecords:
             "SELECT * FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
         )
 
+    def owner(self, response_id: str) -> str | None:
+        """The owner of a stored response or of the task answering with it; ``None``: neither."""
+        row = self.store.fetchone(
+            "SELECT owner FROM responses WHERE id = ?"
+            " UNION ALL SELECT owner FROM tasks WHERE response_id = ? LIMIT 1",
+            (response_id, response_id),
+        )
+        return None if row is None else str(row["owner"])
+
     def with_item(self, item_id: str, owner: str) -> list[Row]:
         """``owner``'s stored responses whose text mentions ``item_id`` (the caller checks)."""
         pattern = "%" + json.dumps(item_id).replace("%", "") + "%"
@@ -451,30 +472,6 @@ class UsageRecords:
         if owner is None:
             return self.store.fetchall("SELECT * FROM usage ORDER BY owner")
         return self.store.fetchall("SELECT * FROM usage WHERE owner = ?", (owner,))
-
-
-def task_owner(store: Database, task_id: str) -> str | None:
-    """The owner of a task; ``None``: there is none."""
-    row = store.fetchone("SELECT owner FROM tasks WHERE id = ?", (task_id,))
-    return None if row is None else str(row["owner"])
-
-
-def response_owner(store: Database, response_id: str) -> str | None:
-    """The owner of a stored response or of the task answering with it; ``None``: neither."""
-    row = store.fetchone(
-        "SELECT owner FROM responses WHERE id = ?"
-        " UNION ALL SELECT owner FROM tasks WHERE response_id = ? LIMIT 1",
-        (response_id, response_id),
-    )
-    return None if row is None else str(row["owner"])
-
-
-def unfinished_tasks(store: Database, owner: str) -> int:
-    """How many of ``owner``'s tasks are queued or running."""
-    row = store.fetchone(
-        f"SELECT count(*) AS unfinished FROM tasks WHERE owner = ? AND {UNFINISHED}", (owner,)
-    )
-    return 0 if row is None else int(row["unfinished"])
 
 
 class IdempotencyRecords:

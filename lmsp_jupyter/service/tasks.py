@@ -283,6 +283,14 @@ class TaskService:
         """A task of ``owner``; unknown, purged or another owner's → ``task_not_found``."""
         return self._task(self._row(task_id, owner))
 
+    def owner(self, task_id: str) -> str | None:
+        """Whose task ``task_id`` is (for an admin reaching it); ``None``: nobody's."""
+        return self.records.owner(task_id)
+
+    def unfinished(self, owner: str) -> int:
+        """How many of ``owner``'s tasks are queued or running."""
+        return self.records.unfinished(owner)
+
     def list(
         self,
         owner: str,
