@@ -9,7 +9,13 @@ from dataclasses import replace
 import pytest
 
 from lmsp_jupyter.engine.catalog import ModelEntry
-from lmsp_jupyter.engine.generation import GenerationDone, SamplingParams
+from lmsp_jupyter.engine.generation import (
+    GenerationDone,
+    GenerationEvent,
+    SamplingParams,
+    TextDelta,
+    TokenLogprob,
+)
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.local.speculation import Draft, Drafter, expected_accepted
@@ -140,6 +146,44 @@ async def test_a_request_may_turn_speculation_off(
     assert on[0] == off[0]
     assert on[1].accepted_draft_tokens > 0
     assert off[1].accepted_draft_tokens == 0
+
+
+async def test_penalties_and_logprobs_are_the_same_with_speculation_on_or_off(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    """Each verified position is drawn with the penalties of the tokens before it, so drafts
+    change neither the text nor the logprobs of a penalized request."""
+    prompts = [prompt_of(tokenizer, text) for text in (*COPYING[:3], LISTS[0])]
+
+    async def run(
+        engine: LocalEngine, params: SamplingParams, prompt_index: int
+    ) -> tuple[str, GenerationDone, list[TokenLogprob]]:
+        log: list[tuple[str, GenerationEvent]] = []
+        text, done = await generate(engine, entry, prompts[prompt_index], params, log=log)
+        logprobs = [lp for _, e in log if isinstance(e, TextDelta) for lp in e.logprobs]
+        return text, done, logprobs
+
+    penalized = SamplingParams(
+        max_tokens=TOKENS,
+        temperature=0.0,
+        frequency_penalty=0.8,
+        presence_penalty=0.5,
+        top_logprobs=3,
+    )
+    engine = new_engine(1)
+    try:
+        off = [await run(engine, replace(penalized, speculation=False), i) for i in range(4)]
+        # The answer as its own prediction: every position of it is drafted and verified.
+        on = [
+            await run(engine, replace(penalized, prediction=text), i)
+            for i, (text, _, _) in enumerate(off)
+        ]
+    finally:
+        engine.close()
+    assert [text for text, _, _ in on] == [text for text, _, _ in off]
+    assert [lps for _, _, lps in on] == [lps for _, _, lps in off]
+    assert all(len(lps) == done.output_tokens for _, done, lps in off)
+    assert sum(done.accepted_prediction_tokens for _, done, _ in on) > len(prompts)
 
 
 def test_a_context_draft_is_what_followed_the_latest_earlier_occurrence_of_the_last_tokens() -> (
