@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL, start_server, stop_server
-from tests.server.helpers import LEFT_LIMIT, leave_mid_stream, parse_sse
+from tests.server.helpers import LEFT_LIMIT, ask, leave_mid_stream, parse_sse
 
 
 async def test_mounted_under_the_servers_base_url(
@@ -74,17 +74,10 @@ async def test_failure_in_a_sync_request_is_generation_failed_problem(
 async def test_disconnect_stops_generation_and_frees_the_model(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = {
-        "model": MODEL,
-        "input": "Write a long story.",
-        "temperature": 0,
-        "max_output_tokens": LEFT_LIMIT,
-        "stream": True,
-    }
+    body = ask("Write a long story.", LEFT_LIMIT, stream=True)
     delta = "event: response.output_text.delta"
     await leave_mid_stream(lmsp, monkeypatch, "/responses", body, lambda line: line == delta)
-    short = {"model": MODEL, "input": "Hi", "temperature": 0, "max_output_tokens": 2}
-    after = await lmsp.post("/responses", json=short)
+    after = await lmsp.post("/responses", json=ask("Hi", 2))
     assert after.status_code == 200
     assert after.json()["usage"]["output_tokens"] == 2
 
