@@ -5,7 +5,7 @@ Shapes and validity only: the bundled model is a small base model.
 
 from __future__ import annotations
 
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
@@ -37,13 +37,18 @@ def chat(live_server: LiveServer, max_tokens: int = 8) -> ChatOpenAI:
     )
 
 
-def test_invoke(live_server: LiveServer) -> None:
-    answer = chat(live_server).invoke("The sky is")
+def assert_cut_at_eight(answer: BaseMessage, reason: str) -> None:
+    """``answer`` is an AI message of text cut at its limit of 8 tokens, as its metadata's
+    ``reason`` says (each integration names the finish reason its way)."""
     assert isinstance(answer, AIMessage)
     assert isinstance(answer.content, str) and answer.content != ""
-    assert answer.response_metadata["finish_reason"] == "length"
+    assert answer.response_metadata[reason] == "length"
     assert answer.usage_metadata is not None
     assert answer.usage_metadata["output_tokens"] == 8
+
+
+def test_invoke(live_server: LiveServer) -> None:
+    assert_cut_at_eight(chat(live_server).invoke("The sky is"), "finish_reason")
 
 
 def test_stream(live_server: LiveServer) -> None:

@@ -5,7 +5,7 @@ of a store, and the configuration and apps of the in-process server (``conftest.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,23 +181,35 @@ def record_finishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[StopReason, i
     return finished
 
 
-async def only_finish(finished: list[tuple[StopReason, int]]) -> tuple[StopReason, int]:
-    """The one finish that :func:`record_finishes` recorded, once it happened."""
+#: The tokens a request asks for that its client leaves: far more than it has by then.
+LEFT_LIMIT = 4000
+
+
+async def leave_mid_stream(
+    lmsp: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    body: dict[str, Any],
+    counted: Callable[[str], bool] = lambda line: True,
+) -> None:
+    """Stream ``body`` (asking for ``LEFT_LIMIT`` tokens) to ``url`` and leave after three of
+    its lines that are ``counted``; then wait until the model workers finished a sequence: the
+    only one, cancelled before its limit."""
+    finished = record_finishes(monkeypatch)
+    seen = 0
+    async with lmsp.stream("POST", url, json=body) as response:
+        async for line in response.aiter_lines():
+            seen += counted(line)
+            if seen == 3:
+                break
 
     async def generation_ended() -> bool:
         return bool(finished)
 
     await eventually_async(generation_ended, interval=0.1, what="the generation ended")
-    [only] = finished
-    return only
-
-
-async def one_cancelled(finished: list[tuple[StopReason, int]], limit: int) -> None:
-    """Wait until a sequence of :func:`record_finishes` ended: the only one, cancelled before
-    its ``limit`` of tokens."""
-    reason, generated = await only_finish(finished)
+    [(reason, generated)] = finished
     assert reason == "cancelled"
-    assert generated < limit
+    assert generated < LEFT_LIMIT
 
 
 def fim_prompt_lengths(fim_model_path: Path, prefix: str, suffix: str) -> tuple[int, int]:

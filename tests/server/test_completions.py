@@ -22,10 +22,10 @@ from traitlets.config import Config
 from tests.conftest import MODEL, READER_TOKEN, LiveServer
 from tests.helpers import eventually_async
 from tests.server.helpers import (
+    LEFT_LIMIT,
     assert_problem,
     fim_prompt_lengths,
-    one_cancelled,
-    record_finishes,
+    leave_mid_stream,
     scripted_engine,
     server_config,
 )
@@ -240,15 +240,10 @@ def jp_server_config(request: pytest.FixtureRequest, fim_model_path: Path) -> Co
 async def test_a_client_that_leaves_mid_stream_frees_the_sequence(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished = record_finishes(monkeypatch)
-    chunks = 0
-    body = complete(max_tokens=4000, stream=True)
-    async with lmsp.stream("POST", "/completions", json=body) as response:
-        async for line in response.aiter_lines():
-            chunks += line.startswith("data: {")
-            if chunks == 3:
-                break
-    await one_cancelled(finished, 4000)
+    body = complete(max_tokens=LEFT_LIMIT, stream=True)
+    await leave_mid_stream(
+        lmsp, monkeypatch, "/completions", body, lambda line: line.startswith("data: {")
+    )
     after = await lmsp.post("/completions", json=complete(max_tokens=2))
     assert after.json()["usage"]["completion_tokens"] == 2
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL, start_server, stop_server
-from tests.server.helpers import one_cancelled, parse_sse, record_finishes
+from tests.server.helpers import LEFT_LIMIT, ask, leave_mid_stream, parse_sse
 
 
 async def test_mounted_under_the_servers_base_url(
@@ -74,23 +74,10 @@ async def test_failure_in_a_sync_request_is_generation_failed_problem(
 async def test_disconnect_stops_generation_and_frees_the_model(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished = record_finishes(monkeypatch)
-    body = {
-        "model": MODEL,
-        "input": "Write a long story.",
-        "temperature": 0,
-        "max_output_tokens": 4000,
-        "stream": True,
-    }
-    deltas = 0
-    async with lmsp.stream("POST", "/responses", json=body) as response:
-        async for line in response.aiter_lines():
-            deltas += line == "event: response.output_text.delta"
-            if deltas == 3:
-                break
-    await one_cancelled(finished, 4000)
-    short = {"model": MODEL, "input": "Hi", "temperature": 0, "max_output_tokens": 2}
-    after = await lmsp.post("/responses", json=short)
+    body = ask("Write a long story.", LEFT_LIMIT, stream=True)
+    delta = "event: response.output_text.delta"
+    await leave_mid_stream(lmsp, monkeypatch, "/responses", body, lambda line: line == delta)
+    after = await lmsp.post("/responses", json=ask("Hi", 2))
     assert after.status_code == 200
     assert after.json()["usage"]["output_tokens"] == 2
 

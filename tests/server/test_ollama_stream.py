@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL
-from tests.server.helpers import only_finish, record_finishes
+from tests.server.helpers import LEFT_LIMIT, leave_mid_stream
 
 
 def ollama_url(lmsp: httpx.AsyncClient, path: str) -> str:
@@ -28,21 +28,12 @@ async def lines_of(lmsp: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[s
 async def test_a_client_leaving_stops_the_generation(
     lmsp: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finished = record_finishes(monkeypatch)
     body = {
         "model": MODEL,
         "prompt": "Write a long story.",
-        "options": {"temperature": 0, "num_predict": 4000},
+        "options": {"temperature": 0, "num_predict": LEFT_LIMIT},
     }
-    async with lmsp.stream("POST", ollama_url(lmsp, "/api/generate"), json=body) as response:
-        chunks = 0
-        async for _ in response.aiter_lines():
-            chunks += 1
-            if chunks == 3:
-                break
-    reason, generated = await only_finish(finished)
-    assert reason == "cancelled"
-    assert generated < 4000
+    await leave_mid_stream(lmsp, monkeypatch, ollama_url(lmsp, "/api/generate"), body)
 
 
 @pytest.mark.script({"deltas": ["a", "b", "c"], "fail_after": 2})

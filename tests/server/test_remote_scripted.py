@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -34,6 +34,16 @@ DELTAS = [
 PROMPT_TOKENS = 21
 #: What it streams for every Completions request (its own ``/completions``).
 TEXTS = ["    return ", "fib(n - 1)"]
+
+
+def chunks(kind: str, field: str, values: list[Any]) -> list[dict[str, Any]]:
+    """OpenAI's stream chunks of ``kind`` (their ``object``), each with one choice that has a
+    value as its ``field``; the last choice finishes (``stop``)."""
+    finishes = [None] * (len(values) - 1) + ["stop"]
+    return [
+        {"object": kind, "choices": [{"index": 0, field: value, "finish_reason": finish}]}
+        for value, finish in zip(values, finishes, strict=True)
+    ]
 
 
 class ScriptedServer(ThreadingHTTPServer):
@@ -70,29 +80,22 @@ class Handler(BaseHTTPRequestHandler):
             choice = {"index": 0, "message": message, "finish_reason": "length"}
             self._json(200, {"object": "chat.completion", "choices": [choice], "usage": usage})
         else:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            finishes = [None] * (len(DELTAS) - 1) + ["stop"]
-            for delta, finish in zip(DELTAS, finishes, strict=True):
-                choice = {"index": 0, "delta": delta, "finish_reason": finish}
-                chunk = {"object": "chat.completion.chunk", "choices": [choice]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
+            self._stream(chunks("chat.completion.chunk", "delta", DELTAS))
 
     def _texts(self) -> None:
         """A streamed Completion: ``TEXTS``, then the usage, as OpenAI streams one."""
+        usage = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+        last = {"object": "text_completion", "choices": [], "usage": usage}
+        self._stream([*chunks("text_completion", "text", TEXTS), last])
+
+    def _stream(self, chunks: Iterable[dict[str, Any]]) -> None:
+        """An OpenAI stream: each chunk an SSE ``data`` line, then ``[DONE]``."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        finishes = [None] * (len(TEXTS) - 1) + ["stop"]
-        for text, finish in zip(TEXTS, finishes, strict=True):
-            choice = {"index": 0, "text": text, "finish_reason": finish}
-            chunk = {"object": "text_completion", "choices": [choice]}
+        for chunk in chunks:
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        usage = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
-        last = {"object": "text_completion", "choices": [], "usage": usage}
-        self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()

@@ -113,23 +113,27 @@ def _c_integer(text: str) -> int:
     return int(digits.group(1)) if digits else 0
 
 
+def unrepacked_model_params() -> Any:
+    """llama.cpp's model parameters for every model loaded in this process, the engine's own
+    (``LlamaModel``) and llama-cpp-python's ``Llama`` alike (``no_weight_repacking``): weights
+    not repacked into llama.cpp's CPU "extra buffer types". Repacked weights process rows in
+    groups, which ties a token's result to its neighbours in the batch, and on CPUs with AMX
+    the repacked matrix product crashes llama.cpp's decode."""
+    params = _DEFAULT_MODEL_PARAMS()
+    params.use_extra_bufts = False
+    return params
+
+
 @contextmanager
 def no_weight_repacking() -> Iterator[None]:
-    """Load models without llama.cpp's extra buffer types (weights repacked for AMX or wider
-    SIMD): on CPUs with AMX the repacked matrix product crashes llama.cpp's decode, and
-    repacking makes logits depend on the batch shape. ``Llama`` has no switch for it, so its
-    default model parameters are swapped while it loads. Everything that loads the bundled
-    model in-process (benchmarks, test references, a third-party server) loads it this way,
-    llama.cpp readied as for the engine (``prepare_llama_cpp``)."""
+    """Models that llama-cpp-python's ``Llama`` loads meanwhile get ``unrepacked_model_params``
+    (``Llama`` has no switch for it, so its default model parameters are swapped while it
+    loads), llama.cpp readied as for the engine (``prepare_llama_cpp``). The engine's
+    ``LlamaEmbedder`` loads this way; so does whatever loads the bundled model in-process to be
+    compared with the engine (the benchmarks' raw side, their ``llama_cpp.server`` launcher)."""
     prepare_llama_cpp()
-
-    def params() -> Any:
-        defaults = _DEFAULT_MODEL_PARAMS()
-        defaults.use_extra_bufts = False
-        return defaults
-
     with _PARAMS_LOCK:
-        llama_cpp.llama_cpp.llama_model_default_params = params
+        llama_cpp.llama_cpp.llama_model_default_params = unrepacked_model_params
         try:
             yield
         finally:
@@ -216,11 +220,8 @@ class LlamaModel:
 
     def __init__(self, path: Path, *, cells: int, sequences: int, threads: int) -> None:
         prepare_llama_cpp()  # before this process's first evaluation, if it is that
-        model_params = llama_cpp.llama_model_default_params()
+        model_params = unrepacked_model_params()
         model_params.n_gpu_layers = 0
-        # Repacked weights (the CPU "extra buffer types") process rows in groups, which ties
-        # a token's result to its neighbours in the batch, and crash decoding on CPUs with AMX.
-        model_params.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             raise ModelLoadError(f"{path.name} could not be loaded")
