@@ -36,6 +36,9 @@ const NO_NOTEBOOK =
 export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
   private readonly _messenger: KernelMessenger;
   private readonly _notebooks: INotebookTracker | null;
+  /** Notebook tools' calls decided here: a later click (Approve again, Deny meanwhile) is
+   * ignored, so a call is never performed twice nor performed and denied. */
+  private readonly _decided = new Set<string>();
   private readonly _view: AnswerView;
   private readonly _followers = new Map<string, TaskFollower>();
   private _trusted = false;
@@ -199,12 +202,18 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
     const state = this._view.answer.state;
     const call = state?.tool_calls[callId];
     let output: string | undefined;
-    if (decision === 'approve' && call?.runs_in === 'notebook') {
-      if (!this._messenger.isRunning(state?.kernel_id ?? null)) {
+    if (call?.runs_in === 'notebook') {
+      if (this._decided.has(callId)) {
+        return;
+      }
+      if (decision === 'approve' && !this._messenger.isRunning(state?.kernel_id ?? null)) {
         this._updateActions(); // the kernel could not be told: nothing is done
         return;
       }
-      output = await this._performOnNotebook(call);
+      this._decided.add(callId);
+      if (decision === 'approve') {
+        output = await this._performOnNotebook(call);
+      }
     }
     this._send({
       type: 'decide',
