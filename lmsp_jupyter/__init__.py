@@ -9,26 +9,13 @@ from ._version import __version__
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from .kernel.notebook_tools import (
-        insert_cell,
-        notebook_tools,
-        read_cell,
-        replace_cell,
-        run_cell,
-    )
-    from .kernel.tools import tool
-
-__all__ = [
-    "__version__",
-    "insert_cell",
-    "load_ipython_extension",
-    "notebook_tools",
-    "read_cell",
-    "replace_cell",
-    "run_cell",
-    "tool",
-    "unload_ipython_extension",
-]
+    # re-exported (``as``): the names of __all__ that __getattr__ imports on first use
+    from .kernel.notebook_tools import insert_cell as insert_cell
+    from .kernel.notebook_tools import notebook_tools as notebook_tools
+    from .kernel.notebook_tools import read_cell as read_cell
+    from .kernel.notebook_tools import replace_cell as replace_cell
+    from .kernel.notebook_tools import run_cell as run_cell
+    from .kernel.tools import tool as tool
 
 #: The kernel side's public names, imported on first use (IPython, widgets): not by the server.
 _KERNEL_NAMES = {
@@ -38,6 +25,8 @@ _KERNEL_NAMES = {
         "notebook_tools",
     ),
 }
+
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_KERNEL_NAMES]
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
