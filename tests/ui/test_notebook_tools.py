@@ -81,6 +81,7 @@ def test_an_approved_insert_cell_inserts_the_models_cell(browser: Browser, lab: 
     assert json.loads(decided["output"]) == {"index": at, "cell_type": cell_type}
     card = notebook.cell(asking).locator(".lmsp-call").first
     assert card.get_attribute("data-decision") == "approved"
+    assert card.get_attribute("data-runs-in") == "notebook"
 
 
 def test_a_denied_replace_cell_changes_nothing(browser: Browser, lab: LiveServer) -> None:
