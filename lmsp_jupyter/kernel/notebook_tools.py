@@ -13,14 +13,15 @@ Outputs are JSON objects; a call that cannot be done (no such cell, a Markdown c
 gets ``error: ...`` and changes nothing.
 
 A call approved anywhere else (the anywidget view outside JupyterLab, ``answer.approve()``)
-runs the function below instead, which tells the model that notebook tools need JupyterLab;
+runs the tool in the kernel instead, which tells the model that notebook tools need JupyterLab;
 a terminal refuses them when the ask starts.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from .tools import Tool
 
@@ -33,38 +34,42 @@ NEEDS_JUPYTERLAB = (
 
 
 class NotebookTool(Tool):
-    """A tool whose approved calls JupyterLab performs on the notebook; always asks first."""
+    """A tool whose approved calls JupyterLab performs on the notebook; always asks first.
+
+    ``parameters`` is a function whose typed signature and "Args:" section give the JSON
+    Schema; run in the kernel, the tool only says that it needs JupyterLab.
+    """
 
     runs_in = "notebook"
 
-    def __init__(self, function: Callable[..., Any]) -> None:
-        super().__init__(function, policy="ask")
+    def __init__(self, parameters: Callable[..., None], *, name: str, description: str) -> None:
+        super().__init__(parameters, policy="ask", name=name, description=description)
+        self.function = functools.partial(_needs_jupyterlab, name)
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = description
 
 
-def _elsewhere(name: str) -> str:
+def _needs_jupyterlab(name: str, *arguments: object, **named: object) -> str:
     return NEEDS_JUPYTERLAB.format(name=name)
 
 
-@NotebookTool
-def read_cell(index: int, relative: bool = False) -> str:
-    """Read a cell of this notebook: its index, type, source, and its outputs as text.
+def _a_cell(index: int, relative: bool = False) -> None:
+    """A cell of the notebook.
 
     Args:
         index: Which cell: from 0, the first cell of the notebook; with relative, counted
             from the cell that asks (-1 is the cell above it).
         relative: Count index from the cell that asks instead of from the first cell.
     """
-    return _elsewhere("read_cell")
 
 
-@NotebookTool
-def insert_cell(
+def _a_new_cell(
     source: str,
     index: int | None = None,
     relative: bool = False,
     cell_type: Literal["code", "markdown"] = "code",
-) -> str:
-    """Insert a new cell into this notebook; the output gives the index it got.
+) -> None:
+    """A new cell.
 
     Args:
         source: The new cell's source.
@@ -74,12 +79,10 @@ def insert_cell(
         relative: Count index from the cell that asks instead of from the first cell.
         cell_type: A code or a Markdown cell.
     """
-    return _elsewhere("insert_cell")
 
 
-@NotebookTool
-def replace_cell(index: int, source: str, relative: bool = False) -> str:
-    """Replace the source of a cell of this notebook (its outputs stay until it runs again).
+def _a_cell_and_source(index: int, source: str, relative: bool = False) -> None:
+    """A cell of the notebook and its new source.
 
     Args:
         index: Which cell: from 0, the first cell of the notebook; with relative, counted
@@ -87,19 +90,30 @@ def replace_cell(index: int, source: str, relative: bool = False) -> str:
         source: The cell's new source.
         relative: Count index from the cell that asks instead of from the first cell.
     """
-    return _elsewhere("replace_cell")
 
 
-@NotebookTool
-def run_cell(index: int, relative: bool = False) -> str:
-    """Run a code cell of this notebook in its kernel; the output gives its outputs as text.
-
-    Args:
-        index: Which cell: from 0, the first cell of the notebook; with relative, counted
-            from the cell that asks (-1 is the cell above it).
-        relative: Count index from the cell that asks instead of from the first cell.
-    """
-    return _elsewhere("run_cell")
+read_cell = NotebookTool(
+    _a_cell,
+    name="read_cell",
+    description="Read a cell of this notebook: its index, type, source, and its outputs as text.",
+)
+insert_cell = NotebookTool(
+    _a_new_cell,
+    name="insert_cell",
+    description="Insert a new cell into this notebook; the output gives the index it got.",
+)
+replace_cell = NotebookTool(
+    _a_cell_and_source,
+    name="replace_cell",
+    description="Replace the source of a cell of this notebook (its outputs stay until it "
+    "runs again).",
+)
+run_cell = NotebookTool(
+    _a_cell,
+    name="run_cell",
+    description="Run a code cell of this notebook in its kernel; the output gives its "
+    "outputs as text.",
+)
 
 
 def notebook_tools() -> dict[str, Tool]:
