@@ -112,6 +112,12 @@ def test_tools_notebook_runs_the_approved_function_and_continues() -> None:
     status, types = result(cell(cells, "total.wait()"))
     assert status in ("completed", "incomplete")
     assert types and "function_call" not in types
+    assert result(cell(cells, "{name: list(tool.parameters")) == {
+        "read_cell": ["index", "relative"],
+        "insert_cell": ["source", "index", "relative", "cell_type"],
+        "replace_cell": ["index", "source", "relative"],
+        "run_cell": ["index", "relative"],
+    }
 
 
 @pytest.mark.usefixtures("kernel_env")

@@ -2,6 +2,7 @@
  * The lmsp-jupyter JupyterLab extension: its plugins, in one list.
  */
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ITranslator } from '@jupyterlab/translation';
 
@@ -20,15 +21,17 @@ export const mimePlugin: JupyterFrontEndPlugin<void> = {
   description: 'Renders LMSP answers in outputs and follows running tasks from the browser.',
   autoStart: true,
   requires: [IRenderMimeRegistry],
-  optional: [ITranslator],
+  optional: [ITranslator, INotebookTracker],
   activate: (
     app: JupyterFrontEnd,
     rendermime: IRenderMimeRegistry,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    notebooks: INotebookTracker | null
   ): void => {
     const trans = extensionBundle(translator);
     const messenger = new KernelMessenger(app.serviceManager.kernels);
-    rendermime.addFactory(taskRendererFactory(messenger, trans));
+    // the notebook tracker: approved notebook tools' calls act on the asking cell's notebook
+    rendermime.addFactory(taskRendererFactory(messenger, trans, notebooks));
   }
 };
 

@@ -14,7 +14,14 @@ export const COMM_TARGET = 'lmsp';
 
 /** A click in the MIME renderer, as the kernel receives it. */
 export type KernelRequest =
-  | { type: 'decide'; ask_id: string; call_id: string; decision: 'approve' | 'deny' }
+  | {
+      type: 'decide';
+      ask_id: string;
+      call_id: string;
+      decision: 'approve' | 'deny';
+      /** What JupyterLab did for an approved notebook tool's call: the call's output. */
+      output?: string;
+    }
   | { type: 'stop'; ask_id: string };
 
 /** Sends `lmsp` comm messages to running kernels, one connection per kernel. */

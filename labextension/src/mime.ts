@@ -2,6 +2,7 @@
  * The MIME renderer of `application/vnd.lmsp.task+json`: saved rounds from the
  * bundle, the running round followed from the browser, clicks to the server and kernel.
  */
+import type { INotebookTracker } from '@jupyterlab/notebook';
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
@@ -10,7 +11,9 @@ import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from './a
 import { TaskFollower, type FollowEnd } from './follow';
 import type { KernelMessenger } from './kernel';
 import { MIME_TYPE } from './mimetype';
-import { AnswerView, type IAnswerState } from './render';
+import { notebookHost } from './notebookhost';
+import { performNotebookCall } from './notebooktools';
+import { AnswerView, type IAnswerState, type IToolCallState } from './render';
 
 /** Ahead of the ipywidgets widget-view renderer (-10): in JupyterLab this view shows every ask. */
 export const RENDERER_RANK = -20;
@@ -24,24 +27,35 @@ const NOTES: Record<string, string> = {
   task_not_found: 'This task is no longer on the server; showing what was saved.'
 };
 
+/** The output of an approved notebook tool's call when this view is in no open notebook. */
+const NO_NOTEBOOK =
+  'error: the answer that approved this call is not shown in an open notebook, ' +
+  'so nothing was done';
+
 /** Renders one ask; kept across update_display so the live stream goes on. */
 export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
   private readonly _messenger: KernelMessenger;
+  private readonly _notebooks: INotebookTracker | null;
+  /** Notebook tools' calls decided here: a later click (Approve again, Deny meanwhile) is
+   * ignored, so a call is never performed twice nor performed and denied. */
+  private readonly _decided = new Set<string>();
   private readonly _view: AnswerView;
   private readonly _followers = new Map<string, TaskFollower>();
   private _trusted = false;
 
-  constructor(messenger: KernelMessenger, trans: TranslationBundle) {
+  constructor(
+    messenger: KernelMessenger,
+    trans: TranslationBundle,
+    notebooks: INotebookTracker | null = null
+  ) {
     super();
     this._messenger = messenger;
+    this._notebooks = notebooks;
     this.addClass('lmsp-rendered-task');
     this._view = new AnswerView(
       {
         stop: () => void this._stop(),
-        decide: (callId, decision) => {
-          this._send({ type: 'decide', ask_id: this._askId(), call_id: callId, decision });
-          this._awaitNextRound(callId, decision);
-        }
+        decide: (callId, decision) => void this._decide(callId, decision)
       },
       { trans }
     );
@@ -179,8 +193,43 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
     window.setTimeout(() => void look(), NEXT_ROUND_POLL_MS);
   }
 
-  private _askId(): string {
-    return this._view.answer.state?.ask_id ?? '';
+  /**
+   * Send a decision to the kernel. Approving a notebook tool's call first performs it on
+   * this view's notebook (`notebooktools.ts`) and sends what it did as the call's output;
+   * a denial changes nothing.
+   */
+  private async _decide(callId: string, decision: 'approve' | 'deny'): Promise<void> {
+    const state = this._view.answer.state;
+    const call = state?.tool_calls[callId];
+    let output: string | undefined;
+    if (call?.runs_in === 'notebook') {
+      if (this._decided.has(callId)) {
+        return;
+      }
+      if (decision === 'approve' && !this._messenger.isRunning(state?.kernel_id ?? null)) {
+        this._updateActions(); // the kernel could not be told: nothing is done
+        return;
+      }
+      this._decided.add(callId);
+      if (decision === 'approve') {
+        output = await this._performOnNotebook(call);
+      }
+    }
+    this._send({
+      type: 'decide',
+      ask_id: state?.ask_id ?? '',
+      call_id: callId,
+      decision,
+      ...(output === undefined ? {} : { output })
+    });
+    this._awaitNextRound(callId, decision);
+  }
+
+  private _performOnNotebook(call: IToolCallState): Promise<string> {
+    const host = notebookHost(this._notebooks, this.node);
+    return host
+      ? performNotebookCall(call.name, call.arguments, host)
+      : Promise.resolve(NO_NOTEBOOK);
   }
 
   private _updateActions(): void {
@@ -238,12 +287,13 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
 /** The renderer factory registered with the application's rendermime registry. */
 export function taskRendererFactory(
   messenger: KernelMessenger,
-  trans: TranslationBundle
+  trans: TranslationBundle,
+  notebooks: INotebookTracker | null = null
 ): IRenderMime.IRendererFactory {
   return {
     safe: true,
     mimeTypes: [MIME_TYPE],
     defaultRank: RENDERER_RANK,
-    createRenderer: () => new TaskRenderer(messenger, trans)
+    createRenderer: () => new TaskRenderer(messenger, trans, notebooks)
   };
 }

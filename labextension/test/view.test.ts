@@ -289,6 +289,30 @@ describe('AnswerView', () => {
     expect((card.querySelector('.lmsp-deny') as HTMLButtonElement).disabled).toBe(true);
   });
 
+  it('says which calls are notebook tools', () => {
+    const view = makeView();
+    const pending = { arguments: '{}', decision: 'pending' as const, output: null };
+    view.setState(
+      state({
+        status: 'requires_action',
+        rounds: [finished([CALL])],
+        tool_calls: { call_1: { ...pending, name: 'f', runs_in: 'notebook' } }
+      })
+    );
+    const card = view.node.querySelector('.lmsp-call[data-call-id="call_1"]') as HTMLElement;
+    expect(card.dataset.runsIn).toBe('notebook');
+    expect(card.querySelector('.lmsp-call-label')?.textContent).toBe('Notebook tool');
+    view.setState(
+      state({
+        status: 'requires_action',
+        rounds: [finished([CALL])],
+        tool_calls: { call_1: { ...pending, name: 'f' } }
+      })
+    );
+    expect(card.dataset.runsIn).toBe('kernel');
+    expect(card.querySelector('.lmsp-call-label')?.textContent).toBe('Function call');
+  });
+
   it('adds Approve and Deny once the kernel state names a call first seen without it', () => {
     const view = makeView();
     const round = finished([CALL]);

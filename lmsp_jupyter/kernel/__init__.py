@@ -12,6 +12,7 @@ from .._moved import keep_old_paths
 from .answer import Answer
 from .connection import connect
 from .magics import LmspMagics
+from .notebook_tools import insert_cell, notebook_tools, read_cell, replace_cell, run_cell
 from .session import KernelSession
 from .tools import Tool, tool
 
@@ -23,7 +24,12 @@ __all__ = [
     "KernelSession",
     "Tool",
     "connect",
+    "insert_cell",
     "load_ipython_extension",
+    "notebook_tools",
+    "read_cell",
+    "replace_cell",
+    "run_cell",
     "tool",
     "unload_ipython_extension",
 ]

@@ -197,8 +197,11 @@ class Answer:
             except LmspClientError as exc:
                 self._finish("failed", problem_of(exc))
 
-    def decide(self, call_id: str, decision: DecisionRequest) -> None:
-        """Approve (run) or deny one pending call; ``ValueError`` if it is not pending."""
+    def decide(self, call_id: str, decision: DecisionRequest, performed: str | None = None) -> None:
+        """Approve (run) or deny one pending call; ``ValueError`` if it is not pending.
+
+        ``performed``: what JupyterLab did for an approved notebook tool's call, its output.
+        """
         with self._lock:
             call = self._state.tool_calls.get(call_id)
             if call is None or call.decision != "pending":
@@ -208,16 +211,22 @@ class Answer:
                 self._state.status = "in_progress"  # nothing waits for the user any more
                 self._settled.clear()
         self._view.refresh()
-        self._run_call(call_id)
+        self._run_call(call_id, performed)
 
     def handle_message(self, message: Mapping[str, Any]) -> None:
-        """A click from a view or the ``lmsp`` comm: ``stop``, or ``decide`` a call."""
+        """A click from a view or the ``lmsp`` comm: ``stop``, or ``decide`` a call.
+
+        A ``decide`` from JupyterLab that approves a notebook tool's call carries what it
+        did as ``output`` (:mod:`.notebook_tools`).
+        """
         if message.get("type") == "stop":
             self.cancel()
         elif message.get("type") == "decide" and message.get("decision") in ("approve", "deny"):
+            output = message.get("output")
+            performed = output if isinstance(output, str) else None
             # a second click, or a call decided elsewhere meanwhile, changes nothing
             with contextlib.suppress(ValueError):
-                self.decide(str(message.get("call_id")), message["decision"])
+                self.decide(str(message.get("call_id")), message["decision"], performed)
 
     def events_after(self, task_id: str, after: int) -> list[ResponseEvent]:
         """The running round's events after the id ``after`` (none for another task)."""
@@ -342,10 +351,10 @@ class Answer:
                 self._settled.set()
         return runs
 
-    def _run_call(self, call_id: str) -> None:
+    def _run_call(self, call_id: str, performed: str | None = None) -> None:
         with self._lock:
             call = self._state.tool_calls[call_id]
-        output = call_output(call, self._tools)
+        output = call_output(call, self._tools, performed)
         with self._lock:
             call.output = output
             self._awaiting.discard(call_id)

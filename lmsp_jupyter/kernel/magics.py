@@ -39,7 +39,9 @@ class LmspMagics(Magics):
         --frequency-penalty F and --presence-penalty P (-2 to 2: against loops), --logprobs N
         (token logprobs with N alternatives, 0-20: answer.logprobs, shading in the view),
         --json NAME|JSON (a JSON Schema dict or pydantic model in the namespace, or a schema),
-        --tools f,g (functions decorated with @lmsp_jupyter.tool),
+        --tools f,g (functions decorated with @lmsp_jupyter.tool), --notebook-tools
+        (read_cell, insert_cell, replace_cell, run_cell: the model works on this notebook,
+        each call approved in the cell; JupyterLab performs them),
         --tool-choice auto|required|none|NAME (the first round only), --continue (from the
         previous answer), --prediction TEXT (the answer as expected, mostly, such as the code
         being edited: the model verifies it a stretch at a time, faster, same answer).

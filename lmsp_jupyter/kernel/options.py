@@ -24,7 +24,7 @@ _VALUED = (
     "--tool-choice",
     "--prediction",
 )
-_FLAGS = ("--continue",)
+_FLAGS = ("--continue", "--notebook-tools")
 _OPTION = re.compile(r"--[A-Za-z-]*")
 
 
@@ -43,6 +43,8 @@ class AskOptions:
     logprobs: int | None = None
     json: str | None = None
     tools: tuple[str, ...] = ()
+    #: Offer the notebook tools too (read, insert, replace, run cells; JupyterLab only).
+    notebook_tools: bool = False
     tool_choice: str | None = None
     continue_: bool = False
     #: The answer as expected, mostly (the code being edited): verified, never copied.
@@ -99,6 +101,7 @@ def _options(prompt: str, given: dict[str, str]) -> AskOptions:
         logprobs=_logprobs(given.get("--logprobs")),
         json=given.get("--json"),
         tools=tools,
+        notebook_tools="--notebook-tools" in given,
         tool_choice=given.get("--tool-choice"),
         continue_="--continue" in given,
         prediction=given.get("--prediction"),

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from ..protocol.logprobs import LOGPROBS_INCLUDE
 from ..protocol.models import EXTENSION_KEY
+from .notebook_tools import notebook_tools
 from .options import AskOptions
 from .tools import Tool
 
@@ -45,6 +46,8 @@ def ask_request(
     ``default_model`` is asked only when there is no ``--model`` and every name resolved.
     """
     tools = resolve_tools(options.tools, namespace)
+    if options.notebook_tools:
+        tools = offer_notebook_tools(tools)
     messages = [{"role": "user", "content": fill(options.prompt, namespace)}]
     if options.system is not None:
         messages.insert(0, {"role": "system", "content": fill(options.system, namespace)})
@@ -87,6 +90,15 @@ def resolve_tools(names: tuple[str, ...], namespace: Mapping[str, Any]) -> dict[
             raise UsageError(f"--tools: {name!r} names {what}")
         tools[value.name] = value
     return tools
+
+
+def offer_notebook_tools(tools: dict[str, Tool]) -> dict[str, Tool]:
+    """``--notebook-tools``: the notebook tools after ``tools``, whose names they must not take."""
+    offered = notebook_tools()
+    taken = sorted(name for name, tool in tools.items() if offered.get(name, tool) is not tool)
+    if taken:
+        raise UsageError(f"--tools: {', '.join(taken)} clashes with a notebook tool's name")
+    return {**tools, **offered}
 
 
 def tool_choice(

@@ -63,16 +63,25 @@ def open_call(call: OutputFunctionCall, tools: Mapping[str, Tool]) -> ToolCallSt
         name=call.name,
         arguments=call.arguments,
         decision=_FIRST_DECISION[tool.policy if tool else "never"],
+        runs_in=tool.runs_in if tool else "kernel",
     )
 
 
-def call_output(call: ToolCallState, tools: Mapping[str, Tool]) -> str:
-    """What the model gets back for a decided call: the tool's output, or why there is none."""
+def call_output(
+    call: ToolCallState, tools: Mapping[str, Tool], performed: str | None = None
+) -> str:
+    """What the model gets back for a decided call: the tool's output, or why there is none.
+
+    ``performed`` is what JupyterLab reported doing for an approved notebook tool's call
+    (:mod:`.notebook_tools`); it is the output of such a call only, never of a kernel's tool.
+    """
     tool = tools.get(call.name)
     if tool is None:
         return f"error: there is no tool named {call.name!r}"
     if call.decision == "denied":
         return DECLINED
+    if tool.runs_in == "notebook" and performed is not None:
+        return performed
     return tool.run(call.arguments)
 
 

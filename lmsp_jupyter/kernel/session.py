@@ -63,6 +63,12 @@ class KernelSession:
             default_model=self._default_model,
             previous_response_id=previous,
         )
+        notebook_only = [name for name, tool in tools.items() if tool.runs_in == "notebook"]
+        if notebook_only and not self.notebook:
+            raise UsageError(
+                f"{', '.join(notebook_only)}: notebook tools need JupyterLab, which performs "
+                "them on the notebook; this IPython has no notebook"
+            )
         origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
         answer = self._answer(request, tools, origin)
         _service(answer.start)

@@ -12,6 +12,8 @@ AnswerStatus = Literal[
     "queued", "in_progress", "requires_action", "completed", "incomplete", "failed", "cancelled"
 ]
 Decision = Literal["pending", "approved", "denied", "auto"]
+#: Where a tool runs: in the kernel (``@tool``), or in JupyterLab on its notebook (notebook tools).
+RunsIn = Literal["kernel", "notebook"]
 
 #: Statuses after which an ask does nothing more.
 FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
@@ -36,6 +38,12 @@ class ToolCallState(BaseModel):
     arguments: str
     decision: Decision
     output: str | None = Field(None, description="Text given back to the model; null until run.")
+    runs_in: RunsIn = Field(
+        "kernel",
+        description="Where the call runs once approved: JupyterLab's view of the ask performs "
+        "a notebook tool's call on its notebook. Present only for notebook tools.",
+        exclude_if=lambda runs_in: runs_in == "kernel",
+    )
 
 
 class AnswerState(BaseModel):

@@ -15,6 +15,7 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import CoreSchema, to_json
 
 from .docstrings import parse_docstring
+from .state import RunsIn
 
 ToolPolicy = Literal["ask", "always", "never"]
 
@@ -34,6 +35,9 @@ class _UntitledSchema(GenerateJsonSchema):
 
 class Tool:
     """A function tool (LMSP 1.0 section 6.5) run in this kernel; calling it calls the function."""
+
+    #: Where an approved call runs (see :mod:`.notebook_tools` for the other place).
+    runs_in: RunsIn = "kernel"
 
     def __init__(
         self,

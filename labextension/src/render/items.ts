@@ -221,6 +221,7 @@ export class ItemsDom {
       decision,
       call !== undefined, // a call the kernel knows gets buttons; one only seen live does not
       call?.output,
+      call?.runs_in,
       sent,
       this.actionsEnabled
     ]);
@@ -231,9 +232,12 @@ export class ItemsDom {
     const node = dom.node;
     node.dataset.callId = callId;
     node.dataset.decision = decision;
+    // a notebook tool changes the notebook once approved (JupyterLab performs it)
+    const notebook = call?.runs_in === 'notebook';
+    node.dataset.runsIn = notebook ? 'notebook' : 'kernel';
     const head = element('div', 'lmsp-call-head');
     head.append(
-      element('span', 'lmsp-call-label', 'Function call'),
+      element('span', 'lmsp-call-label', notebook ? 'Notebook tool' : 'Function call'),
       element('code', 'lmsp-call-name', item.name ?? ''),
       element('span', `lmsp-call-decision lmsp-decision-${decision}`, decision)
     );

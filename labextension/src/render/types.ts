@@ -101,6 +101,8 @@ export interface IToolCallState {
   arguments: string;
   decision: Decision;
   output: string | null;
+  /** `notebook`: a notebook tool, which JupyterLab performs on approval (absent: kernel). */
+  runs_in?: 'kernel' | 'notebook';
 }
 
 /** One task of an ask; `response` is null while it runs. */
