@@ -439,6 +439,7 @@ class LmspApp(ExtensionApp):
             max_queued=self.max_queued_tasks,
             usage=usage,
         )
+        limits = OwnerLimits(self.owner_max_requests, self.owner_max_tasks)
         self.task_service = TaskService(
             responses,
             TaskRecords(store),
@@ -446,6 +447,7 @@ class LmspApp(ExtensionApp):
             event_retention_seconds=self.event_retention_seconds,
             task_retention_seconds=self.task_retention_seconds,
             follow_poll_seconds=self.follow_poll_seconds,
+            limits=limits,
         )
         self._recovered(self.task_service.recover())
         self.idempotency = IdempotencyKeys(IdempotencyRecords(store), lease.holder)
@@ -457,7 +459,7 @@ class LmspApp(ExtensionApp):
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
             lmsp_usage=usage,
-            lmsp_limits=OwnerLimits(self.owner_max_requests, self.owner_max_tasks),
+            lmsp_limits=limits,
             lmsp_hub=self._hub_access(),
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.sse_keepalive_seconds,
