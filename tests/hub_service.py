@@ -1,9 +1,12 @@
 """A real JupyterHub (the dummy authenticator, its configurable-http-proxy from npm) with the
 LMSP service as a hub-managed service, for tests/server/test_jupyterhub.py and benchmarks/hub.py.
 
-No single-user server is spawned (too heavy beside the model on a small machine): each user's
-token is made through the hub's API, with the scopes a spawned server's
+Users' tokens are made through the hub's API, with the scopes a spawned server's
 ``$JUPYTERHUB_API_TOKEN`` gets from ``c.Spawner.server_token_scopes`` (docs/jupyterhub.md).
+Users' servers are spawned only when a test asks (:meth:`Hub.spawn`): real
+``jupyterhub-singleuser`` processes of the hub's own system user (``SimpleLocalProcessSpawner``),
+with ``$LMSP_HUB_SERVICE_URL`` set as the documented config sets it, so their LMSP routes
+forward to the hub service.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -52,17 +56,50 @@ class Hub:
         """The LMSP root through the hub's proxy."""
         return f"{self.url}/services/lmsp/lmsp/v1"
 
-    def token(self, user: str, *, admin: bool = False) -> str:
-        """A new API token of ``user`` with the scopes a spawned server's token has."""
-        reply = httpx.post(
-            f"{self.url}/hub/api/users/{user}/tokens",
-            headers={"Authorization": f"token {self.admin_token}"},
-            json={"scopes": [*USER_SCOPES, *([ADMIN_SCOPE] if admin else [])], "note": "test"},
-            timeout=30,
+    def token(self, user: str, *, admin: bool = False, scopes: Sequence[str] = USER_SCOPES) -> str:
+        """A new API token of ``user`` with ``scopes`` (default: those a spawned server's
+        token has; ``admin``: and the LMSP admin scope)."""
+        reply = self._api(
+            "POST",
+            f"/users/{user}/tokens",
+            json={"scopes": [*scopes, *([ADMIN_SCOPE] if admin else [])], "note": "test"},
         )
-        reply.raise_for_status()
         token: str = reply.json()["token"]
         return token
+
+    def spawn(self, user: str) -> str:
+        """Start ``user``'s server and wait until the hub says it is ready; its URL."""
+        self._api("POST", f"/users/{user}/server")
+
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(self.log.read_text())
+            server = self._api("GET", f"/users/{user}").json()["servers"].get("")
+            return bool(server and server["ready"])
+
+        eventually(ready, within=180, interval=0.5, what=f"{user}'s server ready")
+        return f"{self.url}/user/{user}/"
+
+    def stop(self, user: str) -> None:
+        """Stop ``user``'s server (the hub waits for its process to end)."""
+        reply = self._api("DELETE", f"/users/{user}/server")
+
+        def stopped() -> bool:
+            return not self._api("GET", f"/users/{user}").json()["servers"]
+
+        if reply.status_code == 202:
+            eventually(stopped, within=60, interval=0.5, what=f"{user}'s server stopped")
+
+    def _api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        reply = httpx.request(
+            method,
+            f"{self.url}/hub/api{path}",
+            headers={"Authorization": f"token {self.admin_token}"},
+            timeout=30,
+            **kwargs,
+        )
+        reply.raise_for_status()
+        return reply
 
 
 def hub_config(
@@ -102,7 +139,11 @@ c.JupyterHub.custom_scopes = {{
 c.JupyterHub.load_roles = [
     {{"name": "user", "scopes": ["self", "access:services!service=lmsp"]}},
     {{"name": "lmsp-admin", "scopes": ["custom:lmsp:admin"], "users": {list(admins)!r}}},
-    {{"name": "test-admin", "scopes": ["admin:users", "tokens"], "services": ["test-admin"]}},
+    {{
+        "name": "test-admin",
+        "scopes": ["admin:users", "admin:servers", "tokens"],
+        "services": ["test-admin"],
+    }},
 ]
 c.JupyterHub.services = [
     {{"name": "test-admin", "api_token": {admin_token!r}}},
@@ -114,6 +155,7 @@ c.JupyterHub.services = [
     }},
 ]
 """
+    config += spawner_config(tmp, f"http://127.0.0.1:{port}")
     (tmp / "jupyterhub_config.py").write_text(config)
     proxy = [
         str(install_proxy()),
@@ -125,6 +167,32 @@ c.JupyterHub.services = [
         f"--error-target=http://127.0.0.1:{hub_port}/hub/error",
     ]
     return f"http://127.0.0.1:{port}", service_url, admin_token, proxy_token, proxy
+
+
+def spawner_config(tmp: Path, url: str) -> str:
+    """The spawner part of the config: users' servers as processes of this system user, each
+    with a home under ``tmp``, finding the LMSP service as docs/jupyterhub.md sets it up."""
+    singleuser = [
+        str(Path(sys.executable).with_name("jupyterhub-singleuser")),
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+        "--LmspApp.ollama_dir=",
+        "--LmspApp.huggingface_cache_dir=",
+    ]
+    scopes = [
+        "access:servers!server",
+        "users:activity!user",
+        "access:services!service=lmsp",
+        ADMIN_SCOPE,
+    ]
+    return f"""
+c.JupyterHub.spawner_class = "simple"
+c.SimpleLocalProcessSpawner.home_dir_template = {str(tmp / "home" / "{username}")!r}
+c.Spawner.cmd = {singleuser!r}
+c.Spawner.environment = {{"LMSP_HUB_SERVICE_URL": "{url}/services/lmsp/lmsp/v1"}}
+c.Spawner.server_token_scopes = {scopes!r}
+c.Spawner.start_timeout = 180
+c.Spawner.http_timeout = 180
+"""
 
 
 @contextlib.contextmanager

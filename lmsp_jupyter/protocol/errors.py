@@ -125,8 +125,9 @@ class LmspError(Exception):
     @property
     def is_client_error(self) -> bool:
         """Whether the request itself is at fault: the same request is refused the same way
-        again (a failure of the service may not be)."""
-        return self.status < 500
+        again (a failure of the service may not be, nor a refusal that says when to retry,
+        as ``429 rate_limited``)."""
+        return self.status < 500 and self.retry_after is None
 
     def to_problem(self) -> Problem:
         """The problem document describing this error."""

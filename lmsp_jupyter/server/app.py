@@ -39,7 +39,14 @@ from ..engine.local.llama import LlamaEmbedder
 from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
-from ..protocol.environment import MODEL_VARIABLE, ROOT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE
+from ..protocol.environment import (
+    HUB_TOKEN_VARIABLE,
+    HUB_URL_VARIABLE,
+    MODEL_VARIABLE,
+    ROOT_VARIABLE,
+    TOKEN_VARIABLE,
+    URL_VARIABLE,
+)
 from ..service.database import Database
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
@@ -58,6 +65,7 @@ from ..service.store import (
 from ..service.stores import open_store
 from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
 from .auth import ScopedTokens
+from .forward import HubForward, forward_handlers
 from .hub import hub_access, hub_service_argv, usage_handlers
 from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
@@ -118,6 +126,7 @@ class LmspApp(ExtensionApp):
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
+    _forward: HubForward | None = None
     store: Database
 
     model_dirs = PathList(
@@ -259,6 +268,19 @@ class LmspApp(ExtensionApp):
         "users with the hub scope custom:lmsp:admin see everyone's. See docs/jupyterhub.md.",
     ).tag(config=True)
 
+    hub_service_url = Unicode(
+        help="In a JupyterHub user's server: the LMSP root of the hub's shared service "
+        "(default: $LMSP_HUB_SERVICE_URL, which c.Spawner.environment sets). When set, this "
+        "server runs no models: its lmsp/v1 routes forward its Jupyter user's requests (the "
+        "lab extension's, and any client's with the server's token) there with "
+        "hub_service_token. Ignored with hub_service. See docs/jupyterhub.md.",
+    ).tag(config=True)
+
+    hub_service_token = Unicode(
+        help="The token sent to hub_service_url (default: $JUPYTERHUB_API_TOKEN, this "
+        "server's own hub token, which JupyterHub sets in every user's server).",
+    ).tag(config=True)
+
     owner_max_requests = Int(
         0,
         help="Direct requests (streamed or not) one owner (a hub user, a configured token) may "
@@ -318,6 +340,19 @@ class LmspApp(ExtensionApp):
     def _default_store_url(self) -> str:
         return f"sqlite:///{Path(self.store_path).expanduser()}"
 
+    @default("hub_service_url")
+    def _default_hub_service_url(self) -> str:
+        return os.environ.get(HUB_URL_VARIABLE, "")
+
+    @default("hub_service_token")
+    def _default_hub_service_token(self) -> str:
+        return os.environ.get(HUB_TOKEN_VARIABLE, "")
+
+    @property
+    def forwards(self) -> bool:
+        """Whether this server forwards LMSP to a hub's service instead of serving it."""
+        return bool(self.hub_service_url) and not self.hub_service
+
     @default("ollama_dir")
     def _default_ollama_dir(self) -> str:
         return str(default_ollama_dir())
@@ -350,6 +385,9 @@ class LmspApp(ExtensionApp):
         self._share_log()
         self._honour_moved_settings()
         export_default_model(self.default_model, os.environ)
+        if self.forwards:
+            self._forward_to_hub()
+            return
         catalog = ModelCatalog(
             model_dirs=[Path(d).expanduser() for d in self.model_dirs],
             ollama_dir=Path(self.ollama_dir).expanduser() if self.ollama_dir else None,
@@ -401,6 +439,7 @@ class LmspApp(ExtensionApp):
             max_queued=self.max_queued_tasks,
             usage=usage,
         )
+        limits = OwnerLimits(self.owner_max_requests, self.owner_max_tasks)
         self.task_service = TaskService(
             responses,
             TaskRecords(store),
@@ -408,6 +447,7 @@ class LmspApp(ExtensionApp):
             event_retention_seconds=self.event_retention_seconds,
             task_retention_seconds=self.task_retention_seconds,
             follow_poll_seconds=self.follow_poll_seconds,
+            limits=limits,
         )
         self._recovered(self.task_service.recover())
         self.idempotency = IdempotencyKeys(IdempotencyRecords(store), lease.holder)
@@ -419,7 +459,7 @@ class LmspApp(ExtensionApp):
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
             lmsp_usage=usage,
-            lmsp_limits=OwnerLimits(self.owner_max_requests, self.owner_max_tasks),
+            lmsp_limits=limits,
             lmsp_hub=self._hub_access(),
             lmsp_max_body_bytes=self.max_body_bytes,
             lmsp_keepalive_seconds=self.sse_keepalive_seconds,
@@ -436,6 +476,22 @@ class LmspApp(ExtensionApp):
                 self.engine.refresh, self.remote_refresh_seconds * 1000
             )
             self._remote_refresher.start()
+
+    def _forward_to_hub(self) -> None:
+        """Share only what forwarding needs: no engine, no store (docs/jupyterhub.md)."""
+        if not self.hub_service_token:
+            self.log.warning(
+                "LmspApp.hub_service_token is empty ($JUPYTERHUB_API_TOKEN unset): the hub's "
+                "LMSP service will refuse the requests forwarded to it"
+            )
+        self.log.info("LMSP: forwarding to the hub's service at %s", self.hub_service_url)
+        self._forward = HubForward(self.hub_service_url, self.hub_service_token)
+        self.settings.update(
+            lmsp_forward=self._forward,
+            lmsp_tokens=ScopedTokens(self.tokens),
+            lmsp_hub=None,
+            lmsp_max_body_bytes=self.max_body_bytes,
+        )
 
     def _hub_access(self) -> Any:
         """The hub's auth in hub mode (its OAuth cookie signed with the server's secret)."""
@@ -493,6 +549,8 @@ class LmspApp(ExtensionApp):
         """Once the server listens, tell the kernels it will start where LMSP is, and ask the
         remote servers for their models."""
         export_location(serverapp, os.environ)
+        if self.forwards:
+            return
         if self.ollama_address:
             self._start_ollama_listener(serverapp)
         if self.engine.remotes:
@@ -513,6 +571,9 @@ class LmspApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
+        if self.forwards:
+            self.handlers.extend(forward_handlers())
+            return
         handlers: list[tuple[str, Any]] = [*ollama_handlers, *usage_handlers]
         if self.hub_service:
             from jupyterhub.services.auth import HubOAuthCallbackHandler
@@ -524,6 +585,8 @@ class LmspApp(ExtensionApp):
         """Stop the Ollama listener, the tasks, the purge and the model workers."""
         if self._ollama_listener is not None:
             self._ollama_listener.stop()
+        if self._forward is not None:
+            await self._forward.aclose()
         if hasattr(self, "_purger"):
             self._purger.stop()
             self._lease_keeper.stop()

@@ -2,7 +2,8 @@
 
 Paths are relative to the server object, ``{base_url}lmsp/v1``: ``/models`` is
 ``{base_url}lmsp/v1/models`` and ``/`` is the service document. The paths and methods come from
-the routes in :data:`lmsp_jupyter.server.routes.default_handlers`, each operation from its
+the routes in :data:`lmsp_jupyter.server.routes.default_handlers` and the usage route of
+:mod:`lmsp_jupyter.server.hub`, each operation from its
 handler's ``operations`` (:mod:`lmsp_jupyter.server.operations`), and every schema from
 :mod:`lmsp_jupyter.protocol` (:mod:`lmsp_jupyter.server.components`).
 """
@@ -29,18 +30,21 @@ from .components import (
     protocol_schemas,
 )
 from .handlers import NotFoundHandler
+from .hub import usage_handlers
 from .operations import COMMON_ERRORS, ref
 from .routes import default_handlers
 
 __all__ = ["openapi_document", "openapi_json"]
 
 OPENAPI_VERSION = "3.1.0"
+#: The routes the document describes: LMSP's, and this implementation's usage extension.
+documented_routes: list[tuple[str, type[LmspHandler]]] = [*usage_handlers, *default_handlers]
 _PREFIX = "/lmsp/v1"
 
 
 def _route_paths() -> Iterable[tuple[str, type[LmspHandler]]]:
-    """Each route of ``default_handlers`` as an OpenAPI path relative to ``/lmsp/v1``."""
-    for pattern, handler in default_handlers:
+    """Each route of :data:`documented_routes` as an OpenAPI path relative to ``/lmsp/v1``."""
+    for pattern, handler in documented_routes:
         if handler is NotFoundHandler or not pattern.startswith(_PREFIX):
             continue
         verbs = handler.implemented_verbs()

@@ -18,8 +18,8 @@ SCHEMAS = "#/components/schemas/"
 #: Every endpoint may answer: 400 unsupported_version, 401, 403 (origin or scope), 500.
 COMMON_ERRORS = (400, 401, 403, 500)
 #: What a creating ``POST`` may answer besides: unknown model, busy key, body too large, not
-#: JSON, invalid or reused key.
-CREATE_ERRORS = (404, 409, 413, 415, 422)
+#: JSON, invalid or reused key, the caller over its per-owner limit (``rate_limited``).
+CREATE_ERRORS = (404, 409, 413, 415, 422, 429)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ CLASSES: tuple[type[Configurable], ...] = (LmspApp, LocalEngine, ModelManager)
 _COMPUTED_DEFAULTS = {
     "LocalEngine.threads": "the number of CPU cores (`os.cpu_count()`)",
     "ModelManager.memory_budget_bytes": f"{DEFAULT_MEMORY_SHARE:.0%} of the machine's physical RAM",
+    "LmspApp.hub_service_url": "`$LMSP_HUB_SERVICE_URL`, else empty (serve, do not forward)",
+    "LmspApp.hub_service_token": "`$JUPYTERHUB_API_TOKEN`",
 }
 
 _HEADER = """\

@@ -36,9 +36,17 @@ class OwnerLimits:
                 del self._running[owner]
 
     def check_tasks(self, unfinished: int) -> None:
-        """Refuse one more task of an owner who has ``unfinished`` ones queued or running."""
+        """Refuse one more task of an owner who has ``unfinished`` ones queued or running.
+
+        A quick refusal before any work; the store's conditional insert
+        (``TaskRecords.insert(max_unfinished=...)``) is what holds the limit under concurrent
+        requests, and refuses with :meth:`tasks_refused`."""
         if self.max_tasks and unfinished >= self.max_tasks:
-            raise _limited(f"{self.max_tasks} queued or running tasks")
+            raise self.tasks_refused()
+
+    def tasks_refused(self) -> LmspError:
+        """The refusal of one task over ``max_tasks``."""
+        return _limited(f"{self.max_tasks} queued or running tasks")
 
 
 def _limited(what: str) -> LmspError:

@@ -231,6 +231,13 @@ def now() -> int:
     return int(time.time())
 
 
+_TASK_COLUMNS = "id, owner, holder, model, status, created_at, response_id, request, metadata"
+_TASK_VALUES = "?, ?, ?, ?, 'queued', ?, ?, ?, ?"
+#: The first key of PostgreSQL's advisory lock on an owner's new tasks (the second: the owner's
+#: hash), apart from every other lock of the database's.
+OWNER_LOCK = 0x4C4D534F  # "LMSO"
+
+
 class TaskRecords:
     """The SQL of tasks and their events."""
 
@@ -249,18 +256,30 @@ class TaskRecords:
         metadata: dict[str, str],
         at: int,
         then: Callable[[Transaction], None] | None = None,
-    ) -> None:
+        max_unfinished: int = 0,
+    ) -> bool:
         """A new queued task run by the process ``holder``; ``then`` writes more in the same
-        transaction."""
+        transaction. With ``max_unfinished``, only while ``owner`` has fewer tasks queued or
+        running, counted and inserted in one transaction that no other insert of the owner's
+        runs beside (SQLite: one writer at a time; PostgreSQL: a lock on the owner), on any
+        process sharing the store; ``False``: not inserted, nothing written."""
+        values = (task_id, owner, holder, model, at, response_id, request, dumps(metadata))
         with self.store.transaction() as db:
-            db.execute(
-                "INSERT INTO tasks"
-                " (id, owner, holder, model, status, created_at, response_id, request, metadata)"
-                " VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
-                (task_id, owner, holder, model, at, response_id, request, dumps(metadata)),
-            )
+            if max_unfinished:
+                if self.store.dialect == "postgresql":
+                    db.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (OWNER_LOCK, owner))
+                inserted = db.execute(
+                    f"INSERT INTO tasks ({_TASK_COLUMNS}) SELECT {_TASK_VALUES}"
+                    f" WHERE (SELECT count(*) FROM tasks WHERE owner = ? AND {UNFINISHED}) < ?",
+                    (*values, owner, max_unfinished),
+                ).rowcount
+                if not inserted:
+                    return False
+            else:
+                db.execute(f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_VALUES})", values)
             if then is not None:
                 then(db)
+        return True
 
     def get(self, task_id: str) -> Row | None:
         """One task's row."""

@@ -44,6 +44,7 @@ from .channel import Channel, Interrupted
 from .database import Row
 from .idempotency import Claim
 from .leases import Lease
+from .limits import OwnerLimits
 from .queue import Ticket
 from .responses import ResponseService
 from .run import ResponseRun
@@ -96,8 +97,10 @@ class TaskService:
         event_retention_seconds: int = 3600,
         task_retention_seconds: int = 86400,
         follow_poll_seconds: float = FOLLOW_POLL_SECONDS,
+        limits: OwnerLimits | None = None,
     ) -> None:
         self.responses = responses
+        self.limits = limits or OwnerLimits()
         self.records = records
         self.lease = lease
         self.event_retention_seconds = event_retention_seconds
@@ -157,7 +160,7 @@ class TaskService:
         )
         response = _queued(run.response())
         try:
-            self.records.insert(
+            inserted = self.records.insert(
                 task_id=queued.task_id,
                 owner=owner,
                 holder=self.lease.holder,
@@ -169,7 +172,10 @@ class TaskService:
                 then=None
                 if claim is None
                 else lambda db: claim.keep(db, *answer(created, response)),
+                max_unfinished=self.limits.max_tasks,
             )
+            if not inserted:  # the owner's limit, reached while this one was being started
+                raise self.limits.tasks_refused()
         except BaseException:  # not stored: it gives its place in the line back
             queued.ticket.leave()
             raise

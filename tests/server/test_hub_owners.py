@@ -210,3 +210,39 @@ def test_hub_service_listens_where_the_hubs_environment_says() -> None:
     assert hub_service_argv(["--LmspApp.parallel=2"], {}) == ["--LmspApp.parallel=2"]
     with pytest.raises(SystemExit, match="JUPYTERHUB_SERVICE_URL"):
         hub_service_argv(["--hub-service"], {"JUPYTERHUB_API_TOKEN": "secret"})
+
+
+@pytest.mark.script({"deltas": ["a"] * 40, "delay": 0.05})
+async def test_concurrent_task_requests_never_exceed_the_limit(
+    users: dict[str, httpx.AsyncClient],
+) -> None:
+    """Tasks and background responses asked for at once: one is queued (owner_max_tasks=1),
+    the rest refused, and a refused request's idempotency key stays free."""
+    alice = users["alice"]
+    task = {"type": "response", "request": ask()}
+    replies = await asyncio.gather(
+        *[alice.post("/tasks", json=task) for _ in range(6)],
+        *[alice.post("/responses", json=ask(background=True)) for _ in range(2)],
+        alice.post("/tasks", json=task, headers={"Idempotency-Key": "k1"}),
+    )
+    accepted = [reply for reply in replies if reply.status_code in (200, 202)]
+    assert len(accepted) == 1, [reply.text for reply in replies]
+    for reply in replies:
+        if reply not in accepted:
+            assert_problem(reply, 429, "rate_limited")
+    (running,) = (await alice.get("/tasks", params={"status": "queued"})).json()["data"] or (
+        await alice.get("/tasks", params={"status": "in_progress"})
+    ).json()["data"]
+    assert (await alice.post(f"/tasks/{running['id']}/cancel")).status_code == 200
+
+    async def ended() -> bool:
+        status = (await alice.get(f"/tasks/{running['id']}")).json()["status"]
+        return status not in ("queued", "in_progress")
+
+    await eventually_async(ended, what="the cancelled task ended")
+    again = await alice.post("/tasks", json=task, headers={"Idempotency-Key": "k1"})
+    if replies[-1] in accepted:  # the keyed one was the one queued: its answer again
+        assert again.headers.get("Idempotent-Replayed") == "true"
+    else:
+        assert again.status_code == 202, again.text
+        assert "Idempotent-Replayed" not in again.headers

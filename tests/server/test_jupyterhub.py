@@ -158,3 +158,42 @@ def test_a_users_client_finds_the_hub_service_from_what_the_spawner_sets(
         assert users["alice"].get(f"/tasks/{task.id}").status_code == 200
         assert_problem(users["bob"].get(f"/tasks/{task.id}"), 404, "task_not_found")
         assert list(client.task_events(task.id))[-1].is_final
+
+
+@pytest.fixture(scope="module")
+def servers(hub: Hub) -> Iterator[dict[str, httpx.Client]]:
+    """Alice's and Bob's own servers, spawned by the hub, each reached with a token of its user
+    that may use that server (as the user's browser session may)."""
+    clients = {}
+    try:
+        for name in ("alice", "bob"):
+            url = hub.spawn(name)
+            token = hub.token(name, scopes=[f"access:servers!user={name}"])
+            clients[name] = httpx.Client(
+                base_url=f"{url}lmsp/v1", headers={"Authorization": f"token {token}"}, timeout=120
+            )
+        yield clients
+    finally:
+        for client in clients.values():
+            client.close()
+        for name in ("alice", "bob"):
+            hub.stop(name)
+
+
+def test_users_servers_ask_through_the_hub_service_each_its_own(
+    servers: dict[str, httpx.Client], users: dict[str, httpx.Client]
+) -> None:
+    """A user's server runs no model: its LMSP routes (what the lab extension's side panel,
+    answer views and inline completions call) reach the hub service as its user."""
+    assert servers["alice"].get("/models").json() == users["alice"].get("/models").json()
+    tasks = {name: finished_task(servers[name]) for name in ("alice", "bob")}
+    for name, other in (("alice", "bob"), ("bob", "alice")):
+        path = f"/tasks/{tasks[name]['id']}"
+        assert users[name].get(path).json() == tasks[name]  # hub:<name>'s, in the hub service
+        assert servers[name].get(path).json() == tasks[name]
+        assert_problem(servers[other].get(path), 404, "task_not_found")
+        assert_problem(servers[other].get(f"{path}/events"), 404, "task_not_found")
+        assert_problem(servers[other].post(f"{path}/cancel"), 404, "task_not_found")
+        listed = [task["id"] for task in servers[other].get("/tasks").json()["data"]]
+        assert tasks[name]["id"] not in listed
+        assert tasks[other]["id"] in listed

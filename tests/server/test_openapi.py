@@ -37,6 +37,7 @@ from lmsp_jupyter.protocol.errors import EXTENSION_CODES, PROBLEM_TYPES
 from lmsp_jupyter.protocol.events import EVENT_NAMES, FINAL_EVENTS
 from lmsp_jupyter.server.base import LmspHandler
 from lmsp_jupyter.server.handlers import NotFoundHandler, OpenApiHandler
+from lmsp_jupyter.server.hub import usage_handlers
 from lmsp_jupyter.server.openapi import openapi_document
 from lmsp_jupyter.server.routes import default_handlers
 from tests.conftest import MODEL, LiveServer
@@ -71,9 +72,10 @@ def implemented_verbs(handler: type[LmspHandler]) -> set[str]:
 
 
 def expected_operations() -> dict[str, set[str]]:
-    """Each route of ``default_handlers`` but the catch-all, as a path under ``/lmsp/v1``."""
+    """Each route of ``default_handlers`` but the catch-all, and the usage route, as a path
+    under ``/lmsp/v1``."""
     operations: dict[str, set[str]] = {}
-    for pattern, handler in default_handlers:
+    for pattern, handler in [*default_handlers, *usage_handlers]:
         if handler is NotFoundHandler:
             continue
         path = re.sub(r"\([^)]*\)", "{}", pattern.removeprefix("/lmsp/v1").removesuffix("/?"))
@@ -128,7 +130,7 @@ def test_document_has_every_route_with_its_methods_and_scope() -> None:
     assert {path: set(item) for path, item in paths.items()} == expected
     handlers = {
         re.sub(r"\([^)]*\)", "{}", pattern.removeprefix("/lmsp/v1").removesuffix("/?")) or "/": h
-        for pattern, h in default_handlers
+        for pattern, h in [*default_handlers, *usage_handlers]
         if h is not NotFoundHandler
     }
     for path, item in paths.items():
@@ -207,6 +209,23 @@ def test_document_parameters_and_responses() -> None:
         assert problem["allOf"][0] == {"$ref": "#/components/schemas/Problem"}
         codes = problem["allOf"][1]["properties"]["code"]["enum"]
         assert codes == [code for code, number in SERVED_STATUSES.items() if number == status]
+
+
+def test_usage_and_the_per_owner_limit_are_documented() -> None:
+    document = openapi_document()
+    paths = document["paths"]
+    usage = paths["/x-lmsp-jupyter/usage"]["get"]
+    assert usage["security"] == [{"bearer": ["responses:read"]}]
+    listed = usage["responses"]["200"]["content"]["application/json"]["schema"]
+    row = {"owner": "hub:alice", "responses": 2, "input_tokens": 9, "output_tokens": 7}
+    jsonschema.validate({"object": "list", "data": [row]}, listed)
+    for path in ("/responses", "/chat/completions", "/completions", "/tasks"):
+        refused = paths[path]["post"]["responses"]["429"]
+        assert refused == {"$ref": "#/components/responses/Problem429"}, path
+    limited = document["components"]["responses"]["Problem429"]
+    assert limited["headers"]["Retry-After"]["required"] is True
+    codes = limited["content"]["application/problem+json"]["schema"]["allOf"][1]
+    assert codes["properties"]["code"]["enum"] == ["rate_limited"]
 
 
 def test_model_load_and_unload_are_documented_with_their_scope_and_errors() -> None:

@@ -15,6 +15,7 @@ from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_reque
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.service.database import Database
 from lmsp_jupyter.service.leases import Lease
+from lmsp_jupyter.service.limits import OwnerLimits
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
 from lmsp_jupyter.service.store import (
@@ -68,14 +69,14 @@ def service_of(engine: Any, store: Database | None = None) -> ResponseService:
 
 
 def services(
-    engine: Any, store: Database, *, lease_seconds: float = 30.0
+    engine: Any, store: Database, *, lease_seconds: float = 30.0, limits: OwnerLimits | None = None
 ) -> tuple[ResponseService, TaskService]:
     """The response and task services over ``engine``, storing in ``store``, under a lease of
-    their own (a server process's) of ``lease_seconds``, taken."""
+    their own (a server process's) of ``lease_seconds``, taken, with per-owner ``limits``."""
     responses = service_of(engine, store)
     lease = Lease(LeaseRecords(store), seconds=lease_seconds)
     lease.renew()
-    return responses, TaskService(responses, TaskRecords(store), lease)
+    return responses, TaskService(responses, TaskRecords(store), lease, limits=limits)
 
 
 def names(events: Sequence[ResponseEvent] | Sequence[StoredEvent]) -> list[str]:

@@ -23,6 +23,7 @@ from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.service.database import Database, Row
 from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
+from lmsp_jupyter.service.limits import OwnerLimits
 from lmsp_jupyter.service.store import (
     MIGRATIONS,
     FinalState,
@@ -47,11 +48,16 @@ LONG = 3600.0
 
 
 def server(
-    store: Database, *, deltas: int = 3, delay: float = 0.0, lease: float = LONG
+    store: Database,
+    *,
+    deltas: int = 3,
+    delay: float = 0.0,
+    lease: float = LONG,
+    limits: OwnerLimits | None = None,
 ) -> TaskService:
     """A server's task service on ``store``, its lease taken."""
     engine = ScriptedEngine(deltas=["a"] * deltas, delay=delay)
-    return services(engine, store, lease_seconds=lease)[1]
+    return services(engine, store, lease_seconds=lease, limits=limits)[1]
 
 
 def dead_server(store: Database, *, lapsed: bool) -> tuple[str, str]:
@@ -325,6 +331,44 @@ async def test_a_key_in_flight_on_a_live_server_stays_claimed_on_another(stores:
     assert made is not None and replayed is not None
     assert (replayed.replayed, replayed.body) == (True, made.body)
     await wait_final(first_tasks, Task.model_validate_json(made.body).id)
+
+
+async def test_tasks_created_at_once_on_two_servers_keep_to_the_owners_limit(
+    stores: Stores,
+) -> None:
+    """The limit on an owner's unfinished tasks holds across servers sharing the store, for
+    requests made at once; a refused keyed request leaves its key free (no answer stored)."""
+    url = stores.new()
+    limit = 2
+    servers = [
+        server(stores.open(url), deltas=200, delay=0.05, limits=OwnerLimits(max_tasks=limit))
+        for _ in range(2)
+    ]
+    keys = IdempotencyKeys(IdempotencyRecords(stores.open(url)), servers[0].lease.holder)
+
+    async def keyed(claim: Claim | None) -> tuple[int, str]:
+        return 202, (await servers[0].create(BODY, OWNER, claim)).model_dump_json()
+
+    outcomes = await asyncio.gather(
+        *[servers[number % 2].create(BODY, OWNER) for number in range(8)],
+        keys.once(OWNER, "k", "print", keyed, wait_if_running=False),
+        return_exceptions=True,
+    )
+    created = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+    refused = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    assert len(created) == limit, refused
+    assert all(isinstance(error, LmspError) for error in refused), refused
+    assert {error.code for error in refused if isinstance(error, LmspError)} == {"rate_limited"}
+    assert TaskRecords(stores.open(url)).unfinished(OWNER) == limit
+    if isinstance(outcomes[-1], BaseException):
+        assert IdempotencyRecords(stores.open(url)).get(OWNER, "k") is None
+    holders = {each.lease.holder: each for each in servers}
+    for task in servers[0].list(OWNER, 10, None, {}):
+        row = servers[0].records.get(task.id)
+        assert row is not None
+        running = holders[row["holder"]]
+        running.cancel(task.id, OWNER)
+        await wait_final(running, task.id)
 
 
 async def test_a_key_in_flight_on_a_gone_server_is_free_once_its_lease_lapsed(

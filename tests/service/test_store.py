@@ -4,6 +4,8 @@ WAL and the migration of older files, SQLite's own."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +174,35 @@ def test_a_store_url_opens_its_backend_and_the_log_never_shows_a_password() -> N
         open_store("mysql://db/lmsp")
     with pytest.raises(ValueError, match="sqlite:///"):
         open_store("sqlite://relative")
+
+
+def test_concurrent_inserts_never_take_an_owner_past_its_limit(stores: Stores) -> None:
+    """Counting an owner's unfinished tasks and inserting one are one step, whatever runs beside
+    it: many processes' inserts at once (each its own store on one URL) keep to the limit."""
+    url = stores.new()
+    limit, tries = 3, 16
+    records = [TaskRecords(stores.open(url)) for _ in range(4)]
+    records[0].insert(**{**TASK, "task_id": "task_other", "owner": "other"})
+    start = threading.Barrier(tries)
+
+    def insert(number: int) -> bool:
+        start.wait()
+        task = {**TASK, "task_id": f"task_{number}", "response_id": f"resp_{number}"}
+        return records[number % len(records)].insert(**task, max_unfinished=limit)
+
+    with ThreadPoolExecutor(tries) as pool:
+        inserted = list(pool.map(insert, range(tries)))
+    assert inserted.count(True) == limit
+    assert records[0].unfinished("o") == limit
+    assert records[0].unfinished("other") == 1  # another owner's count is its own
+    kept = [f"task_{number}" for number, done in enumerate(inserted) if done]
+    assert all(records[0].get(task_id) is not None for task_id in kept)
+    refused = [f"task_{number}" for number, done in enumerate(inserted) if not done]
+    assert all(records[0].get(task_id) is None for task_id in refused)
+    final = FinalState(status="completed", result="{}", error=None, at=5)
+    records[0].append(kept[0], HOLDER, StoredEvent(1, "response.completed", "{}"), final)
+    assert records[1].insert(**{**TASK, "task_id": "task_next"}, max_unfinished=limit)
+    written: list[object] = []
+    over = {**TASK, "task_id": "task_over", "then": written.append}
+    assert not records[1].insert(**over, max_unfinished=limit)
+    assert written == []  # nothing else of a refused insert's is written either
