@@ -239,15 +239,16 @@ def running_hub(
         yield hub
     finally:
         process.terminate()
-        try:
+        # A hub slow to stop on a busy machine is killed, not reported: its stop is not tested.
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=30)
-        finally:  # the service too, if the hub left it running; then the proxy
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, 9)
-            process.wait()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proxy_process.pid, 15)
-            proxy_process.wait()
+        # The service too, if the hub left it running; then the proxy.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 9)
+        process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proxy_process.pid, 15)
+        proxy_process.wait()
 
 
 def problem_code(reply: httpx.Response) -> object:

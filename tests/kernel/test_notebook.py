@@ -69,10 +69,12 @@ def click(widget: AnswerWidget, content: dict[str, Any]) -> None:
 def test_events_go_out_in_batches_at_most_every_50_ms(recorder: Recorder) -> None:
     deltas = tuple(f"t{i} " for i in range(150))
     answer, view = shown(ScriptedClient([Turn(deltas=deltas, delay=0.002)]))
-    answer.wait(10)
+    answer.wait(60)
     batches = [(at, m) for at, m in recorder.messages if m["type"] == "events"]
     assert recorder.event_ids() == list(range(1, 150 + 5))  # every event once, in order
-    assert len(batches) < len(deltas) / 5
+    # How many batches depends on how fast the machine streams; that they are batches at all,
+    # and never closer than the interval, does not.
+    assert len(batches) < len(deltas)
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches)]
     assert min(gaps[:-1]) >= 0.049  # the last batch may be the flush at the round's end
     assert all(m["task_id"] == "task_1" for _, m in batches)
