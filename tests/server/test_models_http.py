@@ -324,9 +324,11 @@ def test_the_bundled_models_assembly_shows_progress_and_two_first_requests_assem
             request.join()
         assert model(client, BUNDLED_MODEL_ID)["status"] == "loaded"
     assert [answer.status_code for answer in answers] == [200, 200]
-    progress = [s["extensions"]["x-lmsp-jupyter"]["loading"] for s in seen if "extensions" in s]
+    # Extensions may say more (``inexact`` on a build without AVX2): only ``loading`` counts.
+    loading = [s for s in seen if "loading" in s.get("extensions", {}).get("x-lmsp-jupyter", {})]
+    progress = [s["extensions"]["x-lmsp-jupyter"]["loading"] for s in loading]
     assert progress, [s["status"] for s in seen]
-    assert all(s["status"] == "loading" for s in seen if "extensions" in s)
+    assert all(s["status"] == "loading" for s in loading)
     assert {p["stage"] for p in progress} == {"assembling the GGUF file"}
     fractions = [p["fraction"] for p in progress]
     assert fractions == sorted(fractions) and 0 < fractions[0] <= fractions[-1] <= 1
