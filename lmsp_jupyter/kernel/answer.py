@@ -59,6 +59,7 @@ class Answer:
         kernel_id: str | None = None,
         origin: Mapping[str, str] | None = None,
         max_rounds: int = MAX_ROUNDS,
+        show_prompt: bool = False,
     ) -> None:
         self.ask_id = f"ask_{secrets.token_hex(12)}"
         self._client = client
@@ -77,6 +78,8 @@ class Answer:
         self._items: list[OutputItem] = []
         self._awaiting: set[str] = set()  # calls of the last round without an output yet
         self._stopped = False
+        #: Whether the display shows the prompt as sent, folded (it carries ``--context``).
+        self.show_prompt = show_prompt
         self._view: AnswerView = view(self) if view else Unseen()
 
     # --- the handle ---------------------------------------------------------------------------
@@ -85,6 +88,15 @@ class Answer:
     def status(self) -> AnswerStatus:
         """``queued``, ``in_progress``, ``requires_action`` or a final status."""
         return self._state.status
+
+    @property
+    def prompt(self) -> str:
+        """The prompt as sent: the user's text with the ``--context`` in front of it."""
+        return "".join(
+            str(item.get("content", ""))
+            for item in self._request.get("input", [])
+            if item.get("role") == "user"
+        )
 
     @property
     def done(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +19,8 @@ from ..protocol.models import Model
 from ..protocol.tasks import Task
 from .answer import Answer
 from .connection import TaskClient, current_client
+from .context import ErrorRecorder, gather, prompt_names
+from .edit import EditAnswer, edit_request
 from .notebook import NotebookView
 from .options import AskOptions
 from .origin import ask_origin
@@ -26,6 +29,7 @@ from .terminal import TerminalView, run_in_terminal
 from .view import AnswerView
 
 T = TypeVar("T")
+A = TypeVar("A", bound=Answer)
 
 #: The comm target the MIME renderer opens to send clicks to the kernel.
 COMM_TARGET = "lmsp"
@@ -46,6 +50,7 @@ class KernelSession:
         self.kernel_id = _kernel_id() if self.notebook else None
         self._ask = ask
         self._model: str | None = None
+        self.errors = ErrorRecorder()
 
     @property
     def client(self) -> TaskClient:
@@ -57,16 +62,46 @@ class KernelSession:
     def ask(self, options: AskOptions) -> Answer:
         """Start an ask; in a terminal, return once it has ended."""
         previous = self._previous_response_id() if options.continue_ else None
+        names = [*options.vars, *prompt_names(options.prompt, self.shell.user_ns)]
+        context = gather(
+            options.context, self.shell, names=dict.fromkeys(names), errors=self.errors
+        )
         request, tools = ask_request(
             options,
             self.shell.user_ns,
             default_model=self._default_model,
             previous_response_id=previous,
+            context=context,
         )
         origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
-        answer = self._answer(request, tools, origin)
+        answer = self._answer(request, tools, origin, show_prompt=bool(options.context))
         _service(answer.start)
         return self._shown(answer)
+
+    def explain(self, options: AskOptions) -> Answer:
+        """Ask about the last error, with the cell that raised it."""
+        if self.errors.current() is None:
+            raise UsageError("%lmsp explain: no cell has raised an error yet")
+        return self.ask(replace(options, context=(*options.context, "error")))
+
+    def edit(self, options: AskOptions) -> EditAnswer:
+        """Edit the cell above as ``options.prompt`` says; wait, show the diff, offer the result."""
+        source = self._cell_above()
+        request = edit_request(options, source, self._default_model)
+        origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
+        answer = EditAnswer(
+            self.client,
+            request,
+            source=source,
+            view=self._view,
+            kernel_id=self.kernel_id,
+            origin=origin,
+            show_prompt=True,
+        )
+        _service(answer.start)
+        self._shown(answer).wait()
+        answer.offer(self.shell)
+        return answer
 
     def resume(self, task_id: str) -> Answer:
         """Show an existing task again, following it if it still runs."""
@@ -101,12 +136,14 @@ class KernelSession:
     # --- the comm of the MIME renderer ---------------------------------------------------------
 
     def open(self) -> None:
-        """Listen for the MIME renderer's clicks (in a kernel with a front end)."""
+        """Listen for the MIME renderer's clicks (in a kernel with a front end), and for errors."""
+        self.shell.events.register("post_run_cell", self.errors)
         if self.notebook:
             comm.get_comm_manager().register_target(COMM_TARGET, self._open_comm)
 
     def close(self) -> None:
-        """Stop listening for clicks."""
+        """Stop listening for clicks and errors."""
+        self.shell.events.unregister("post_run_cell", self.errors)
         if self.notebook:
             comm.get_comm_manager().unregister_target(COMM_TARGET, self._open_comm)
 
@@ -126,6 +163,8 @@ class KernelSession:
         request: dict[str, Any],
         tools: dict[str, Any] | None = None,
         origin: dict[str, str] | None = None,
+        *,
+        show_prompt: bool = False,
     ) -> Answer:
         return Answer(
             self.client,
@@ -134,15 +173,26 @@ class KernelSession:
             view=self._view,
             kernel_id=self.kernel_id,
             origin=origin,
+            show_prompt=show_prompt,
         )
 
     def _view(self, answer: Answer) -> AnswerView:
         return NotebookView(answer) if self.notebook else TerminalView(answer)
 
-    def _shown(self, answer: Answer) -> Answer:
+    def _cell_above(self) -> str:
+        """The source of the cell executed before the running one."""
+        inputs = list(self.shell.user_ns.get("In", []))
+        count = min(self.shell.execution_count, len(inputs)) - 1
+        if count < 1 or not inputs[count].strip():
+            raise UsageError("%lmsp edit: there is no cell above to edit")
+        return str(inputs[count])
+
+    def _shown(self, answer: A) -> A:
         self.answers[answer.ask_id] = answer
         self.last = answer
-        return answer if self.notebook else run_in_terminal(answer, self._ask)
+        if not self.notebook:
+            run_in_terminal(answer, self._ask)
+        return answer
 
     def _default_model(self) -> str:
         """The server's default model (``$LMSP_MODEL``), else the first loaded, else the first."""
