@@ -3,7 +3,7 @@
 Each source is a section of text in front of the prompt, held to a budget of tokens estimated
 at :data:`CHARS_PER_TOKEN` characters a token, and trimmed line by line with a visible
 ``… [trimmed N lines]`` marker. "The cells above" are what the kernel can see: the cells this
-session executed, oldest first (``In``), each with the text of its result (``Out``); printed
+session executed, oldest first (as typed), each with the text of its result (``Out``); printed
 and displayed outputs are the front end's and are not in reach.
 """
 
@@ -63,10 +63,11 @@ def trim(text: str, budget: int = DEFAULT_BUDGET) -> str:
     return "\n".join([*kept, f"… [trimmed {len(lines) - len(kept)} lines]"])
 
 
-def cells_section(inputs: list[str], outputs: Mapping[int, Any], current: int) -> str:
-    """The cells before ``current`` (an execution count): source, then the text of the result."""
+def cells_section(inputs: list[str], outputs: Mapping[int, Any]) -> str:
+    """The cells of ``inputs`` (by execution count, from 1) but the last, the running one: each
+    source, then the text of its result."""
     parts: list[str] = []
-    for count in range(1, min(current, len(inputs))):
+    for count in range(1, len(inputs) - 1):
         source = inputs[count].strip()
         if not source:
             continue
@@ -74,6 +75,11 @@ def cells_section(inputs: list[str], outputs: Mapping[int, Any], current: int) -
         if count in outputs:
             parts.append(f"Out[{count}]:\n{bounded_repr(outputs[count])}")
     return "\n".join(parts)
+
+
+def raw_inputs(shell: InteractiveShell) -> list[str]:
+    """The cells of the session as typed (``In`` holds them with magics translated)."""
+    return list(shell.history_manager.input_hist_raw) if shell.history_manager else []
 
 
 def prompt_names(prompt: str, namespace: Mapping[str, Any]) -> list[str]:
@@ -126,14 +132,19 @@ def bounded_repr(value: Any) -> str:
     return shown if len(shown) <= RESULT_CHARS else shown[:RESULT_CHARS] + "…"
 
 
-def error_section(last: CellError) -> str:
-    """The failing cell's source and the traceback, without IPython's own frames."""
+def error_section(last: CellError, shell: InteractiveShell | None = None) -> str:
+    """The failing cell's source and the traceback, without IPython's own frames; a cell's
+    frames are named as IPython names them (``Cell In[4]``)."""
     error = last.error
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
         if not _IPYTHON_FRAMES.search(frame.filename)
     ]
+    for frame in frames:
+        label = shell.compile.format_code_name(frame.filename) if shell else None
+        if label:
+            frame.filename = " ".join(label)
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
     lines += traceback.format_exception_only(type(error), error)
     cell = "the failing cell" if last.execution_count is None else f"In [{last.execution_count}]"
@@ -191,12 +202,12 @@ def gather(
     sections: dict[str, str] = {}
     for source in sources:
         if source == "cells":
-            inputs = list(namespace.get("In", []))
+            inputs = raw_inputs(shell)
             outputs = namespace.get("Out", {})
-            sections[source] = cells_section(inputs, outputs, shell.execution_count)
+            sections[source] = cells_section(inputs, outputs)
         elif source == "vars":
             sections[source] = vars_section(names, namespace)
         elif source == "error":
             last = errors.current()
-            sections[source] = error_section(last) if last else "(no error so far)"
+            sections[source] = error_section(last, shell) if last else "(no error so far)"
     return sections

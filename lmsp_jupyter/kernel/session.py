@@ -19,7 +19,7 @@ from ..protocol.models import Model
 from ..protocol.tasks import Task
 from .answer import Answer
 from .connection import TaskClient, current_client
-from .context import ErrorRecorder, gather, prompt_names
+from .context import ErrorRecorder, gather, prompt_names, raw_inputs
 from .edit import EditAnswer, edit_request
 from .notebook import NotebookView
 from .options import AskOptions
@@ -180,9 +180,9 @@ class KernelSession:
         return NotebookView(answer) if self.notebook else TerminalView(answer)
 
     def _cell_above(self) -> str:
-        """The source of the cell executed before the running one."""
-        inputs = list(self.shell.user_ns.get("In", []))
-        count = min(self.shell.execution_count, len(inputs)) - 1
+        """The source of the cell executed before the running one (the last in the history)."""
+        inputs = raw_inputs(self.shell)
+        count = len(inputs) - 2
         if count < 1 or not inputs[count].strip():
             raise UsageError("%lmsp edit: there is no cell above to edit")
         return str(inputs[count])
