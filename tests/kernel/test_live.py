@@ -331,7 +331,8 @@ def test_edit_shows_a_diff_and_offers_the_new_source(kernel: Kernel) -> None:
     ]
     assert len(diffs) == 1
     printed, _ = kernel.run(
-        "import json\nprint(json.dumps([c.status, type(c.new_source).__name__, c.source, c.prompt]))"
+        "import json\n"
+        "print(json.dumps([c.status, type(c.new_source).__name__, c.source, c.prompt]))"
     )
     status, kind, source, prompt = json.loads(printed)
     assert status in FINAL and kind == "str"
