@@ -46,7 +46,8 @@ class Answer:
     kernel it came from, see :mod:`.origin`) each round's task carries it and the ask id as
     metadata. When a round ends with function calls, each is decided by its tool's policy or
     by the user (:meth:`approve`, :meth:`deny`, widget clicks), and the outputs go back to
-    the model in a new round, until it answers without calls.
+    the model in a new round, until it answers without calls. With ``show_prompt`` the state
+    carries the prompt as sent, which the displays show folded.
     """
 
     def __init__(
@@ -69,6 +70,8 @@ class Answer:
         self._tools = dict(tools or {})
         self._max_rounds = max_rounds
         self._state = AnswerState(ask_id=self.ask_id, kernel_id=kernel_id, model=request["model"])
+        if show_prompt:
+            self._state.prompt = self.prompt
         self._lock = threading.RLock()
         self._settled = threading.Event()  # set while final or waiting for a decision
         self._events: list[ResponseEvent] = []  # of the running round
@@ -78,8 +81,6 @@ class Answer:
         self._items: list[OutputItem] = []
         self._awaiting: set[str] = set()  # calls of the last round without an output yet
         self._stopped = False
-        #: Whether the display shows the prompt as sent, folded (it carries ``--context``).
-        self.show_prompt = show_prompt
         self._view: AnswerView = view(self) if view else Unseen()
 
     # --- the handle ---------------------------------------------------------------------------

@@ -25,8 +25,8 @@ def text_bundle(answer: Answer) -> dict[str, Any]:
     if state.error:
         notes.append(f"{state.error.get('title')}: {state.error.get('detail')}")
     markdown = "\n\n".join([answer.text, *(f"`{note}`" for note in notes)]).strip()
-    if answer.show_prompt:
-        markdown += prompt_fold(answer.prompt)
+    if state.prompt is not None:
+        markdown += prompt_fold(state.prompt)
     plain = "\n".join([answer.text, *notes, f"[{state.status}] {answer.task_id}"]).strip()
     return {
         TASK_MIME: state.model_dump(mode="json"),

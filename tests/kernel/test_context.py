@@ -21,6 +21,7 @@ from lmsp_jupyter.kernel.context import (
     summary,
     trim,
 )
+from lmsp_jupyter.kernel.display import text_bundle
 from lmsp_jupyter.kernel.edit import EditAnswer
 from lmsp_jupyter.kernel.magics import LmspMagics
 from lmsp_jupyter.kernel.session import KernelSession
@@ -133,6 +134,20 @@ def test_the_assembled_prompt_snapshot(make_shell: Any) -> None:
         "ZeroDivisionError: division by zero\n\n"
         "why are sales so few?"
     )
+    assert answer.state_json()["prompt"] == answer.prompt  # the widget folds it
+    markdown = text_bundle(answer)["text/markdown"]
+    assert markdown.endswith(
+        f"<details><summary>Prompt</summary>\n\n```text\n{answer.prompt}\n```\n\n</details>"
+    )
+
+
+def test_an_ask_without_context_carries_no_prompt_in_its_state(make_shell: Any) -> None:
+    shell = make_shell(Turn(deltas=("ok",)))
+    shell.run("plain = %lmsp ask hello")
+    answer = shell.ip.user_ns["plain"]
+    assert answer.prompt == "hello"
+    assert answer.state_json()["prompt"] is None
+    assert "<details>" not in text_bundle(answer)["text/markdown"]
 
 
 def test_the_last_error_is_the_failing_cell_and_its_traceback(make_shell: Any) -> None:
