@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.display import Markdown, display
+from IPython.display import display
 
 from ..protocol.cell_edit import EDIT_STOP, edit_prediction, edit_prompt, edited_source
 from ..protocol.models import EXTENSION_KEY
@@ -83,5 +83,7 @@ class EditAnswer(Answer):
         """Show the diff, and put the new source in the next input for the user to run."""
         if self.new_source is None:
             return
-        display(Markdown(f"```diff\n{self.diff()}\n```"))  # type: ignore[no-untyped-call]
+        diff = self.diff()
+        bundle = {"text/markdown": f"```diff\n{diff}\n```", "text/plain": diff}
+        display(bundle, raw=True)  # type: ignore[no-untyped-call]
         shell.set_next_input(self.new_source, replace=False)
