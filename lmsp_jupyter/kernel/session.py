@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,15 +90,10 @@ class KernelSession:
         source = self._cell_above()
         request = edit_request(options, source, self._default_model)
         origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
-        answer = EditAnswer(
-            self.client,
-            request,
-            source=source,
-            view=self._view,
-            kernel_id=self.kernel_id,
-            origin=origin,
-            show_prompt=True,
+        answer = self._answer(
+            request, origin=origin, show_prompt=True, make=partial(EditAnswer, source=source)
         )
+        assert isinstance(answer, EditAnswer)
         _service(answer.start)
         self._shown(answer).wait()
         answer.offer(self.shell)
@@ -165,8 +161,9 @@ class KernelSession:
         origin: dict[str, str] | None = None,
         *,
         show_prompt: bool = False,
+        make: Callable[..., Answer] = Answer,
     ) -> Answer:
-        return Answer(
+        return make(
             self.client,
             request,
             tools=tools,
