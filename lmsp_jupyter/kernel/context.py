@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 
 #: The sources ``--context`` takes.
@@ -153,7 +154,11 @@ def error_section(last: CellError, shell: InteractiveShell | None = None) -> str
 
 
 class ErrorRecorder:
-    """Keeps the last exception a cell raised, with that cell (a ``post_run_cell`` hook)."""
+    """Keeps the last exception a cell raised, with that cell (a ``post_run_cell`` hook).
+
+    A magic's ``UsageError`` (a one-line message, no traceback) is not an error of the user's
+    code and is not kept: ``%lmsp explain`` twice without an error says so twice.
+    """
 
     def __init__(self) -> None:
         self.last: CellError | None = None
@@ -161,7 +166,7 @@ class ErrorRecorder:
     def __call__(self, result: ExecutionResult) -> None:
         """Record ``result``'s error, if the cell raised one."""
         error = result.error_in_exec or result.error_before_exec
-        if error is not None:
+        if error is not None and not isinstance(error, UsageError):
             source = getattr(result.info, "raw_cell", None)
             self.last = CellError(error, source, result.execution_count)
 
@@ -170,7 +175,9 @@ class ErrorRecorder:
         if self.last is not None:
             return self.last
         error = getattr(sys, "last_value", None)
-        return CellError(error, None, None) if isinstance(error, BaseException) else None
+        if not isinstance(error, BaseException) or isinstance(error, UsageError):
+            return None
+        return CellError(error, None, None)
 
 
 _TITLES = {

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,9 @@ from lmsp_jupyter.client import MODEL_VARIABLE
 from lmsp_jupyter.kernel import connect
 from lmsp_jupyter.kernel.context import (
     CHARS_PER_TOKEN,
+    ErrorRecorder,
     cells_section,
+    error_section,
     prompt_names,
     summary,
     trim,
@@ -166,11 +169,32 @@ def test_the_last_error_is_the_failing_cell_and_its_traceback(make_shell: Any) -
     assert "interactiveshell.py" not in prompt
 
 
-def test_explain_without_an_error_is_a_usage_message(make_shell: Any) -> None:
+def test_explain_without_an_error_is_a_usage_message_every_time(
+    make_shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(sys, "last_value", raising=False)
     shell = make_shell()
+    shell.run("%lmsp explain")
+    shell.run("%lmsp explain")  # its own usage message is not an error to explain
+    assert shell.session.errors.current() is None
     with pytest.raises(UsageError, match="no cell has raised an error yet"):
         shell.ip.run_line_magic("lmsp", "explain")
     assert shell.client.requests == []
+
+
+def test_without_a_recorded_cell_the_error_is_ipythons_last_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty: dict[str, int] = {}
+    try:
+        empty["gone"]
+    except KeyError as exc:
+        monkeypatch.setattr(sys, "last_value", exc, raising=False)
+    last = ErrorRecorder().current()
+    assert last is not None and last.source is None
+    section = error_section(last)
+    assert section.startswith("Traceback (most recent call last):\n")
+    assert section.endswith("KeyError: 'gone'")
 
 
 def test_edit_sends_the_shared_prompt_and_offers_the_new_source(make_shell: Any) -> None:
