@@ -153,3 +153,25 @@ def test_other_tools_notebook_reaches_the_service_with_curl_and_python(
     events = result(cell(cells, "from lmsp_jupyter.client"))
     assert events[0] == "response.created" and events[-1] in ("response.incomplete",)
     assert json.dumps(events).count("response.output_text.delta") >= 1
+
+
+@pytest.mark.usefixtures("kernel_env")
+def test_notebook_context_asks_about_data_explains_the_error_and_edits_a_cell() -> None:
+    cells = run("notebook-context.ipynb")
+    failing = cell(cells, 'per_city = sales.set_index("city")')
+    (error,) = [o for o in failing.outputs if o["output_type"] == "error"]
+    assert error["ename"] == "KeyError"
+    no_errors([c for c in cells if c is not failing])
+    prompt = printed(cell(cells, "print(about.wait().prompt)"))
+    assert "sales: pandas.DataFrame, shape (4, 2), columns:" in prompt
+    assert "  units: int64" in prompt
+    status, has_error = result(cell(cells, "why.wait().status"))
+    assert status in ("completed", "incomplete") and has_error
+    (diff,) = [
+        o["data"]["text/markdown"]
+        for o in cell(cells, "edit = %lmsp edit").outputs
+        if o["output_type"] == "display_data" and o["data"]["text/markdown"].startswith("```diff")
+    ]
+    assert diff.endswith("\n```")
+    status, kind = result(cell(cells, "edit.status"))
+    assert status in ("completed", "incomplete") and kind == "str"

@@ -89,6 +89,18 @@ describe('AnswerView', () => {
     expect(text(view, '.lmsp-model')).toBe('gemma3:270m-q4_k_m');
   });
 
+  it('folds the prompt as sent when the state carries one, and hides the fold when not', () => {
+    const view = viewOf(state({ prompt: '## Variables\nsales: list [3]\n\nwhy?' }));
+    const fold = view.node.querySelector<HTMLDetailsElement>('details.lmsp-prompt')!;
+    expect(fold.hidden).toBe(false);
+    expect(fold.open).toBe(false);
+    expect(text(view, '.lmsp-prompt-summary')).toBe('Prompt');
+    expect(text(view, '.lmsp-prompt-text')).toBe('## Variables\nsales: list [3]\n\nwhy?');
+    expect(viewOf().node.querySelector<HTMLDetailsElement>('details.lmsp-prompt')!.hidden).toBe(
+      true
+    );
+  });
+
   it('grows the message text across deltas', () => {
     const view = streaming(textDelta(3, 'Once'));
     expect(text(view, '.lmsp-message')).toBe('Once');

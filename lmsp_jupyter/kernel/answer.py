@@ -46,7 +46,8 @@ class Answer:
     kernel it came from, see :mod:`.origin`) each round's task carries it and the ask id as
     metadata. When a round ends with function calls, each is decided by its tool's policy or
     by the user (:meth:`approve`, :meth:`deny`, widget clicks), and the outputs go back to
-    the model in a new round, until it answers without calls.
+    the model in a new round, until it answers without calls. With ``show_prompt`` the state
+    carries the prompt as sent, which the displays show folded.
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class Answer:
         kernel_id: str | None = None,
         origin: Mapping[str, str] | None = None,
         max_rounds: int = MAX_ROUNDS,
+        show_prompt: bool = False,
     ) -> None:
         self.ask_id = f"ask_{secrets.token_hex(12)}"
         self._client = client
@@ -68,6 +70,8 @@ class Answer:
         self._tools = dict(tools or {})
         self._max_rounds = max_rounds
         self._state = AnswerState(ask_id=self.ask_id, kernel_id=kernel_id, model=request["model"])
+        if show_prompt:
+            self._state.prompt = self.prompt
         self._lock = threading.RLock()
         self._settled = threading.Event()  # set while final or waiting for a decision
         self._events: list[ResponseEvent] = []  # of the running round
@@ -85,6 +89,15 @@ class Answer:
     def status(self) -> AnswerStatus:
         """``queued``, ``in_progress``, ``requires_action`` or a final status."""
         return self._state.status
+
+    @property
+    def prompt(self) -> str:
+        """The prompt as sent: the user's text with the ``--context`` in front of it."""
+        return "".join(
+            str(item.get("content", ""))
+            for item in self._request.get("input", [])
+            if item.get("role") == "user"
+        )
 
     @property
     def done(self) -> bool:

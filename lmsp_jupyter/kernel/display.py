@@ -25,12 +25,20 @@ def text_bundle(answer: Answer) -> dict[str, Any]:
     if state.error:
         notes.append(f"{state.error.get('title')}: {state.error.get('detail')}")
     markdown = "\n\n".join([answer.text, *(f"`{note}`" for note in notes)]).strip()
+    if state.prompt is not None:
+        markdown += prompt_fold(state.prompt)
     plain = "\n".join([answer.text, *notes, f"[{state.status}] {answer.task_id}"]).strip()
     return {
         TASK_MIME: state.model_dump(mode="json"),
         "text/markdown": markdown,
         "text/plain": plain,
     }
+
+
+def prompt_fold(prompt: str) -> str:
+    """The prompt as sent, in a collapsed ``<details>`` section of Markdown."""
+    fence = "````" if "```" in prompt else "```"
+    return f"\n\n<details><summary>Prompt</summary>\n\n{fence}text\n{prompt}\n{fence}\n\n</details>"
 
 
 def publish(bundle: dict[str, Any], display_id: str, *, update: bool = False) -> None:

@@ -13,7 +13,9 @@ from .answer import Answer
 from .options import parse_ask
 from .session import KernelSession
 
-_SUBCOMMANDS = "ask, models, tasks, cancel or resume"
+_SUBCOMMANDS = "ask, explain, edit, models, tasks, cancel or resume"
+#: What ``%lmsp explain`` asks when the line adds nothing.
+EXPLAIN = "Explain this error: what went wrong in the cell, and how to fix it."
 _ASK = re.compile(r"^ask(\s|$)")
 
 
@@ -32,6 +34,9 @@ class LmspMagics(Magics):
 
         %lmsp ask [options] <prompt>      the prompt is the rest of the line
         %%lmsp [options]                  the prompt is the cell
+        %lmsp explain [options] [prompt]  the last error and its cell, explained
+        %lmsp edit [options] <instruction> the cell above edited: a diff, the new source
+                                          in the next input (answer.new_source)
         %lmsp models | tasks | cancel [id] | resume <task_id>
 
         Options: --model ID (default: the server's LmspApp.default_model, else the first
@@ -44,10 +49,13 @@ class LmspMagics(Magics):
         each call approved in the cell; JupyterLab performs them),
         --tool-choice auto|required|none|NAME (the first round only), --continue (from the
         previous answer), --prediction TEXT (the answer as expected, mostly, such as the code
-        being edited: the model verifies it a stretch at a time, faster, same answer).
+        being edited: the model verifies it a stretch at a time, faster, same answer),
+        --context cells,vars,error (in front of the prompt: the cells this session ran with
+        their results, the variables the prompt names or --vars a,b lists summarized, the
+        last error with its cell; each trimmed to a token budget; answer.prompt shows it).
         {name} in the prompt, the system text and the prediction is the value of ``name``.
         IPython reads a line ending in "?" as a request for help: ask questions with %%lmsp.
-        The value is an Answer: .text, .logprobs, .output, .response, .wait(), .approve(),
+        The value is an Answer: .text, .prompt, .logprobs, .output, .response, .wait(), .approve(),
         .deny(), .cancel().
         """
         if cell is not None:
@@ -56,6 +64,12 @@ class LmspMagics(Magics):
         rest = rest.strip()
         if command == "ask":
             return self.session.ask(parse_ask(rest))
+        if command == "explain":
+            return self.session.explain(parse_ask(rest, default=EXPLAIN))
+        if command == "edit":
+            if not rest:
+                raise UsageError("usage: %lmsp edit [options] <instruction>")
+            return self.session.edit(parse_ask(rest))
         if command == "models" and not rest:
             for model in self.session.models():
                 print(f"{model.id}  {model.status}  {model.context_length}", *model.capabilities)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from IPython.core.error import UsageError
 
 from ..protocol.logprobs import MAX_TOP_LOGPROBS
+from .context import SOURCES
 
 _VALUED = (
     "--model",
@@ -23,6 +24,8 @@ _VALUED = (
     "--tools",
     "--tool-choice",
     "--prediction",
+    "--context",
+    "--vars",
 )
 _FLAGS = ("--continue", "--notebook-tools")
 _OPTION = re.compile(r"--[A-Za-z-]*")
@@ -49,12 +52,17 @@ class AskOptions:
     continue_: bool = False
     #: The answer as expected, mostly (the code being edited): verified, never copied.
     prediction: str | None = None
+    #: ``--context``: the sources put in front of the prompt (``cells``, ``vars``, ``error``).
+    context: tuple[str, ...] = ()
+    #: ``--vars``: the variables summarized besides those the prompt names.
+    vars: tuple[str, ...] = ()
 
 
-def parse_ask(line: str, body: str | None = None) -> AskOptions:
+def parse_ask(line: str, body: str | None = None, *, default: str | None = None) -> AskOptions:
     """Parse ``[options] prompt`` (line magic) or ``[options]`` + ``body`` (cell magic).
 
     A value may be a bare word, a quoted string or a JSON object; ``--`` ends the options.
+    Without a prompt the ask is ``default``, if given.
     """
     given: dict[str, str] = {}
     position = _skip_spaces(line, 0)
@@ -78,18 +86,23 @@ def parse_ask(line: str, body: str | None = None) -> AskOptions:
     rest = line[_skip_spaces(line, position) :].strip()
     if body is not None and rest:
         raise UsageError(f"%%lmsp takes its prompt from the cell, not from the line: {rest!r}")
-    prompt = rest if body is None else body.strip()
+    prompt = (rest if body is None else body.strip()) or default
     if not prompt:
         raise UsageError("the ask has no prompt")
     return _options(prompt, given)
 
 
 def _options(prompt: str, given: dict[str, str]) -> AskOptions:
-    tools = (
-        tuple(name.strip() for name in given["--tools"].split(",")) if "--tools" in given else ()
-    )
-    if any(not name for name in tools):
-        raise UsageError(f"--tools takes names separated by commas, not {given['--tools']!r}")
+    tools = _names(given, "--tools")
+    variables = _names(given, "--vars")
+    context = _names(given, "--context")
+    unknown = [source for source in context if source not in SOURCES]
+    if unknown:
+        raise UsageError(
+            f"--context takes {', '.join(SOURCES)} separated by commas, not {unknown[0]!r}"
+        )
+    if variables and "vars" not in context:
+        context += ("vars",)
     return AskOptions(
         prompt=prompt,
         model=given.get("--model"),
@@ -105,7 +118,19 @@ def _options(prompt: str, given: dict[str, str]) -> AskOptions:
         tool_choice=given.get("--tool-choice"),
         continue_="--continue" in given,
         prediction=given.get("--prediction"),
+        context=context,
+        vars=variables,
     )
+
+
+def _names(given: dict[str, str], option: str) -> tuple[str, ...]:
+    """A comma-separated value as its names."""
+    if option not in given:
+        return ()
+    names = tuple(name.strip() for name in given[option].split(","))
+    if any(not name for name in names):
+        raise UsageError(f"{option} takes names separated by commas, not {given[option]!r}")
+    return names
 
 
 def _value(line: str, start: int, option: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from ..protocol.logprobs import LOGPROBS_INCLUDE
 from ..protocol.models import EXTENSION_KEY
+from .context import assemble
 from .notebook_tools import notebook_tools
 from .options import AskOptions
 from .tools import Tool
@@ -40,15 +41,19 @@ def ask_request(
     *,
     default_model: Callable[[], str],
     previous_response_id: str | None = None,
+    context: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Tool]]:
     """The request of the ask's first round (stored, so it can be continued) and its tools.
+
+    ``context`` holds the text of each ``--context`` source, put in front of the prompt.
 
     ``default_model`` is asked only when there is no ``--model`` and every name resolved.
     """
     tools = resolve_tools(options.tools, namespace)
     if options.notebook_tools:
         tools = offer_notebook_tools(tools)
-    messages = [{"role": "user", "content": fill(options.prompt, namespace)}]
+    prompt = assemble(context or {}, fill(options.prompt, namespace))
+    messages = [{"role": "user", "content": prompt}]
     if options.system is not None:
         messages.insert(0, {"role": "system", "content": fill(options.system, namespace)})
     request: dict[str, Any] = {

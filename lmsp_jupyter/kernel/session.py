@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +20,8 @@ from ..protocol.models import Model
 from ..protocol.tasks import Task
 from .answer import Answer
 from .connection import TaskClient, current_client
+from .context import ErrorRecorder, gather, prompt_names, raw_inputs
+from .edit import EditAnswer, edit_request
 from .notebook import NotebookView
 from .options import AskOptions
 from .origin import ask_origin
@@ -26,6 +30,7 @@ from .terminal import TerminalView, run_in_terminal
 from .view import AnswerView
 
 T = TypeVar("T")
+A = TypeVar("A", bound=Answer)
 
 #: The comm target the MIME renderer opens to send clicks to the kernel.
 COMM_TARGET = "lmsp"
@@ -46,6 +51,7 @@ class KernelSession:
         self.kernel_id = _kernel_id() if self.notebook else None
         self._ask = ask
         self._model: str | None = None
+        self.errors = ErrorRecorder()
 
     @property
     def client(self) -> TaskClient:
@@ -57,11 +63,16 @@ class KernelSession:
     def ask(self, options: AskOptions) -> Answer:
         """Start an ask; in a terminal, return once it has ended."""
         previous = self._previous_response_id() if options.continue_ else None
+        names = [*options.vars, *prompt_names(options.prompt, self.shell.user_ns)]
+        context = gather(
+            options.context, self.shell, names=dict.fromkeys(names), errors=self.errors
+        )
         request, tools = ask_request(
             options,
             self.shell.user_ns,
             default_model=self._default_model,
             previous_response_id=previous,
+            context=context,
         )
         notebook_only = [name for name, tool in tools.items() if tool.runs_in == "notebook"]
         if notebook_only and not self.notebook:
@@ -70,9 +81,29 @@ class KernelSession:
                 "them on the notebook; this IPython has no notebook"
             )
         origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
-        answer = self._answer(request, tools, origin)
+        answer = self._answer(request, tools, origin, show_prompt=bool(options.context))
         _service(answer.start)
         return self._shown(answer)
+
+    def explain(self, options: AskOptions) -> Answer:
+        """Ask about the last error, with the cell that raised it."""
+        if self.errors.current() is None:
+            raise UsageError("%lmsp explain: no cell has raised an error yet")
+        return self.ask(replace(options, context=(*options.context, "error")))
+
+    def edit(self, options: AskOptions) -> EditAnswer:
+        """Edit the cell above as ``options.prompt`` says; wait, show the diff, offer the result."""
+        source = self._cell_above()
+        request = edit_request(options, source, self._default_model)
+        origin = ask_origin(getattr(self.shell, "kernel", None), self.kernel_id)
+        answer = self._answer(
+            request, origin=origin, show_prompt=True, make=partial(EditAnswer, source=source)
+        )
+        assert isinstance(answer, EditAnswer)
+        _service(answer.start)
+        self._shown(answer).wait()
+        answer.offer(self.shell)
+        return answer
 
     def resume(self, task_id: str) -> Answer:
         """Show an existing task again, following it if it still runs."""
@@ -107,12 +138,14 @@ class KernelSession:
     # --- the comm of the MIME renderer ---------------------------------------------------------
 
     def open(self) -> None:
-        """Listen for the MIME renderer's clicks (in a kernel with a front end)."""
+        """Listen for the MIME renderer's clicks (in a kernel with a front end), and for errors."""
+        self.shell.events.register("post_run_cell", self.errors)
         if self.notebook:
             comm.get_comm_manager().register_target(COMM_TARGET, self._open_comm)
 
     def close(self) -> None:
-        """Stop listening for clicks."""
+        """Stop listening for clicks and errors."""
+        self.shell.events.unregister("post_run_cell", self.errors)
         if self.notebook:
             comm.get_comm_manager().unregister_target(COMM_TARGET, self._open_comm)
 
@@ -132,23 +165,37 @@ class KernelSession:
         request: dict[str, Any],
         tools: dict[str, Any] | None = None,
         origin: dict[str, str] | None = None,
+        *,
+        show_prompt: bool = False,
+        make: Callable[..., Answer] = Answer,
     ) -> Answer:
-        return Answer(
+        return make(
             self.client,
             request,
             tools=tools,
             view=self._view,
             kernel_id=self.kernel_id,
             origin=origin,
+            show_prompt=show_prompt,
         )
 
     def _view(self, answer: Answer) -> AnswerView:
         return NotebookView(answer) if self.notebook else TerminalView(answer)
 
-    def _shown(self, answer: Answer) -> Answer:
+    def _cell_above(self) -> str:
+        """The source of the cell executed before the running one (the last in the history)."""
+        inputs = raw_inputs(self.shell)
+        count = len(inputs) - 2
+        if count < 1 or not inputs[count].strip():
+            raise UsageError("%lmsp edit: there is no cell above to edit")
+        return str(inputs[count])
+
+    def _shown(self, answer: A) -> A:
         self.answers[answer.ask_id] = answer
         self.last = answer
-        return answer if self.notebook else run_in_terminal(answer, self._ask)
+        if not self.notebook:
+            run_in_terminal(answer, self._ask)
+        return answer
 
     def _default_model(self) -> str:
         """The server's default model (``$LMSP_MODEL``), else the first loaded, else the first."""

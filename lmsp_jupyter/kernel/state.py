@@ -57,6 +57,9 @@ class AnswerState(BaseModel):
     rounds: list[Round] = Field(default_factory=list)
     tool_calls: dict[str, ToolCallState] = Field(default_factory=dict)
     error: dict[str, Any] | None = Field(None, description="A problem document when failed.")
+    prompt: str | None = Field(
+        None, description="The prompt as sent, when it carries notebook context (shown folded)."
+    )
 
 
 def kernel_problem(code: str, title: str, detail: str) -> dict[str, Any]:

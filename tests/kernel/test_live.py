@@ -272,3 +272,69 @@ def test_terminal_ipython_prints_the_text_as_it_comes(
     assert streamed == f"{json.loads(text)}\n{ending}"
     with live_server.client() as client:  # plain IPython records no origin
         assert client.get(f"/tasks/{task_id}").json()["metadata"] == {}
+
+
+def fail(kernel: Kernel, code: str, timeout: float = 60) -> None:
+    """Run ``code``, which must raise in the kernel."""
+    msg_id = kernel.client.execute(code)
+    errors = []
+    while True:
+        message = kernel.client.get_iopub_msg(timeout=timeout)
+        kernel.iopub.append(message)
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        if message["msg_type"] == "error":
+            errors.append(message["content"]["ename"])
+        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            break
+    assert errors, f"{code!r} raised nothing"
+
+
+def test_context_vars_puts_the_dataframe_schema_in_the_prompt(kernel: Kernel) -> None:
+    kernel.run(
+        "import pandas as pd\n"
+        "sales = pd.DataFrame({'city': ['Oslo', 'Lima', 'Pune'], 'units': [3, 9, 4]})"
+    )
+    _, asked = kernel.run(
+        "v = %lmsp ask --context vars --max-tokens 8 --temperature 0 Which city in sales sold most"
+    )
+    printed, _ = kernel.run("import json; v.wait(120); print(json.dumps([v.status, v.prompt]))")
+    status, prompt = json.loads(printed)
+    assert status in FINAL
+    assert "sales: pandas.DataFrame, shape (3, 2), columns:" in prompt
+    assert "  units: int64" in prompt
+    assert prompt.endswith("Which city in sales sold most")
+    (first,) = displays(asked)
+    assert "<details><summary>Prompt</summary>" in first["content"]["data"]["text/markdown"]
+
+
+def test_explain_sends_the_last_error_with_its_cell(kernel: Kernel) -> None:
+    fail(kernel, "def first(d):\n    return d['missing']\nfirst({})")
+    kernel.run("x = %lmsp explain --max-tokens 8 --temperature 0")
+    printed, _ = kernel.run("import json; x.wait(120); print(json.dumps([x.status, x.prompt]))")
+    status, prompt = json.loads(printed)
+    assert status in FINAL
+    assert prompt.startswith("## The last error\n")
+    assert "first({})" in prompt and "return d['missing']" in prompt
+    assert "KeyError: 'missing'" in prompt
+
+
+def test_edit_shows_a_diff_and_offers_the_new_source(kernel: Kernel) -> None:
+    kernel.run("y = 1\nprint(y)")
+    _, edited = kernel.run("c = %lmsp edit --max-tokens 24 rename y to total")
+    diffs = [
+        m["content"]["data"]["text/markdown"]
+        for m in edited
+        if m["msg_type"] == "display_data"
+        and "text/markdown" in m["content"]["data"]
+        and m["content"]["data"]["text/markdown"].startswith("```diff\n")
+    ]
+    assert len(diffs) == 1
+    printed, _ = kernel.run(
+        "import json\n"
+        "print(json.dumps([c.status, type(c.new_source).__name__, c.source, c.prompt]))"
+    )
+    status, kind, source, prompt = json.loads(printed)
+    assert status in FINAL and kind == "str"
+    assert source == "y = 1\nprint(y)"
+    assert prompt.startswith("Instruction: rename y to total\n\nBefore:\n```python\ny = 1\n")

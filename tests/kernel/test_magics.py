@@ -115,8 +115,12 @@ def test_a_bad_option_is_one_line_without_traceback(
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("", "unknown subcommand '': use ask, models, tasks, cancel or resume"),
-        ("frobnicate", "unknown subcommand 'frobnicate': use ask, models, tasks, cancel or resume"),
+        ("", "unknown subcommand '': use ask, explain, edit, models, tasks, cancel or resume"),
+        (
+            "frobnicate",
+            "unknown subcommand 'frobnicate': "
+            "use ask, explain, edit, models, tasks, cancel or resume",
+        ),
         ("resume", "usage: %lmsp resume <task_id>"),
         ("models all", "usage: %lmsp models"),
         ("cancel a b", "usage: %lmsp cancel [id]"),

@@ -223,3 +223,14 @@ def test_names_that_do_not_fit_are_refused(line: str, message: str) -> None:
 
     with refused(message):
         ask_request(parse_ask(line), {"tone": "dry", "weather": weather}, default_model=no_service)
+
+
+def test_context_sources_and_vars() -> None:
+    assert parse_ask("--context cells,vars why").context == ("cells", "vars")
+    listed = parse_ask("--vars df,arr why")
+    assert (listed.vars, listed.context) == (("df", "arr"), ("vars",))
+    with refused("--context takes cells, vars, error separated by commas, not 'notes'"):
+        parse_ask("--context cells,notes why")
+    with refused("--vars takes names separated by commas, not 'df,'"):
+        parse_ask("--vars df, why")
+    assert parse_ask("--context error", default="Explain.").prompt == "Explain."

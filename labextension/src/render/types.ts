@@ -123,6 +123,8 @@ export interface IAnswerState {
   rounds: IRoundState[];
   tool_calls: Record<string, IToolCallState>;
   error: IProblem | null;
+  /** The prompt as sent, when it carries notebook context (`--context`): shown folded. */
+  prompt?: string | null;
 }
 
 /** The events that end a stream; exactly one ends each (6.3). */

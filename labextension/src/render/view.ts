@@ -57,6 +57,8 @@ export class AnswerView {
   private readonly _note = element('div', 'lmsp-note');
   private readonly _error = element('div', 'lmsp-error');
   private readonly _roundsNode = element('div', 'lmsp-rounds');
+  private readonly _prompt = element('details', 'lmsp-prompt');
+  private readonly _promptText = element('pre', 'lmsp-prompt-text');
   private readonly _rounds = new Map<string, IRoundDom>();
   private _stopSent = false;
   private _actionsEnabled = true;
@@ -101,12 +103,17 @@ export class AnswerView {
       this._shade,
       this._stop
     );
-    this.node.append(header, this._roundsNode, this._error, this._note);
+    this._prompt.append(element('summary', 'lmsp-prompt-summary', this._trans.__('Prompt')));
+    this._prompt.append(this._promptText);
+    this._prompt.hidden = true;
+    this.node.append(header, this._prompt, this._roundsNode, this._error, this._note);
   }
 
   /** Show a new durable state (a round started or ended, a decision changed). */
   setState(state: IAnswerState): void {
     this.answer.setState(state);
+    this._prompt.hidden = !state.prompt;
+    this._promptText.textContent = state.prompt ?? '';
     this._items.clearSent();
     this._stopSent = false;
     this._update();
