@@ -5,6 +5,7 @@ import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/applica
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ITranslator } from '@jupyterlab/translation';
 
+import { cellActionsPlugin } from './edit/plugin';
 import { inlinePlugin } from './inline/plugin';
 import { KernelMessenger } from './kernel';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() registers the renderer factory, whose createRenderer returns the renderer synchronously
@@ -37,7 +38,8 @@ const plugins: JupyterFrontEndPlugin<any>[] = [
   restorePlugin,
   panelPlugin,
   statusPlugin,
-  inlinePlugin
+  inlinePlugin,
+  cellActionsPlugin
 ];
 
 export default plugins;
