@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 from playwright.sync_api import Browser, Request
 
@@ -180,3 +181,49 @@ def test_reject_from_the_command_palette_leaves_the_cell_untouched(
     notebook.wait_until(lambda: diff.count() == 0, 30, "the diff closed")
     assert cell_text(notebook, 0) == SOURCE
     assert dirty.count() == dirty_before
+
+
+def test_escape_while_streaming_aborts_the_request_and_changes_nothing(
+    browser: Browser, lab: LiveServer
+) -> None:
+    long_source = "".join(f"value_{i} = {i} * {i}\n" for i in range(150))
+    ui.write_notebook(lab, "escape.ipynb", long_source)
+    notebook = ui.open_notebook(browser, lab, "escape.ipynb")
+    aborted: list[str] = []
+    notebook.page.on(
+        "requestfailed",
+        lambda request: aborted.append(request.url) if "/completions" in request.url else None,
+    )
+    notebook.cell(0).locator(".cm-content").click()
+    notebook.page.keyboard.press("Escape")
+    notebook.page.keyboard.press("Control+Shift+c")
+    notebook.page.locator(".lm-CommandPalette-input").fill("Edit cell with LMSP")
+    notebook.page.locator(f'.lm-CommandPalette-item[data-command="{EDIT_COMMAND}"]').first.click()
+    dialog = notebook.page.locator(".jp-Dialog")
+    dialog.locator("input").fill("square with ** instead")
+    dialog.get_by_role("button", name="OK").click()
+    diff = notebook.cell(0).locator(".lmsp-EditDiff")
+    # a few lines of the new source in: the copy of 150 lines is far from done
+    notebook.wait_until(
+        lambda: diff.locator(".lmsp-EditDiff-same, .lmsp-EditDiff-added").count() > 3,
+        240,
+        "the edit streaming",
+    )
+    assert diff.locator(".lmsp-EditDiff-accept").is_disabled()
+    notebook.page.keyboard.press("Escape")
+    notebook.wait_until(lambda: diff.count() == 0, 30, "the diff closed")
+
+    def seen_aborted() -> bool:
+        notebook.page.wait_for_timeout(50)  # the page's events reach Python while it waits
+        return bool(aborted)
+
+    notebook.wait_until(seen_aborted, 30, "the request aborted")
+    # the editor renders only the lines in view: the saved notebook has the whole source
+    notebook.cell(0).locator(".cm-content").click()
+    notebook.page.keyboard.press("Escape")
+    notebook.page.keyboard.press("Control+s")
+    notebook.wait_until(
+        lambda: notebook.page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0, 30, "saved"
+    )
+    saved = nbformat.read(Path(lab.root_dir) / "escape.ipynb", as_version=4)
+    assert saved.cells[0].source == long_source
