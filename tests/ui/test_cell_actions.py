@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Request
 
 from tests.conftest import LiveServer, stop_server
 from tests.ui import lab as ui
+from tests.ui.test_inline_completions import server_text as completion_text
 
 EDIT_COMMAND = "lmsp-jupyter:edit-cell"
 CONTRACT = json.loads(
@@ -121,12 +122,7 @@ def instruct(notebook: ui.Notebook) -> Any:
 
 def server_source(lab: LiveServer, request: Request) -> str:
     """The new source in what the server answers the body of ``request``, not streamed."""
-    body = {**json.loads(request.post_data or "{}"), "stream": False}
-    with lab.client() as client:
-        reply = client.post("/completions", json=body)
-        assert reply.status_code == 200, reply.text
-        text: str = reply.json()["choices"][0]["text"]
-    return text.removesuffix("\n")
+    return completion_text(lab, request).removesuffix("\n")
 
 
 def diff_sides(diff: Any) -> tuple[str, str]:
