@@ -68,6 +68,9 @@ async function explainBelow(panel: NotebookPanel, cell: Cell): Promise<void> {
   await NotebookActions.run(notebook, panel.sessionContext);
 }
 
+/** The edit view open on a cell: a new edit of the cell closes it. */
+const openViews = new WeakMap<Cell, EditView>();
+
 /** The diff view under a cell's input while its new source streams, then Accept / Reject. */
 class EditView {
   readonly node = document.createElement('div');
@@ -89,14 +92,16 @@ class EditView {
     actions.className = 'lmsp-EditDiff-actions';
     actions.append(this._status, this._accept, this._reject);
     this.node.append(this._lines, actions);
-    this._accept.addEventListener('click', () => this._close(true));
-    this._reject.addEventListener('click', () => this._close(false));
+    this._accept.addEventListener('click', () => this.close(true));
+    this._reject.addEventListener('click', () => this.close(false));
     this._onKey = (event: KeyboardEvent) => {
       if (event.key === 'Escape') {
-        this._close(false);
+        this.close(false);
       }
     };
     document.addEventListener('keydown', this._onKey, true);
+    openViews.get(_cell)?.close(false);
+    openViews.set(_cell, this);
     _cell.inputArea?.node.parentElement?.after(this.node);
     this.show('');
   }
@@ -121,7 +126,11 @@ class EditView {
     this.node.classList.add('lmsp-mod-done');
   }
 
-  private _close(accept: boolean): void {
+  /** Stop the request; put the new source in the cell if `accept` and it is complete. */
+  close(accept: boolean): void {
+    if (openViews.get(this._cell) === this) {
+      openViews.delete(this._cell);
+    }
     this._controller.abort();
     document.removeEventListener('keydown', this._onKey, true);
     if (accept && !this._accept.disabled) {
