@@ -6,6 +6,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ITranslator } from '@jupyterlab/translation';
 
+import { cellActionsPlugin } from './edit/plugin';
 import { inlinePlugin } from './inline/plugin';
 import { KernelMessenger } from './kernel';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() registers the renderer factory, whose createRenderer returns the renderer synchronously
@@ -40,7 +41,8 @@ const plugins: JupyterFrontEndPlugin<any>[] = [
   restorePlugin,
   panelPlugin,
   statusPlugin,
-  inlinePlugin
+  inlinePlugin,
+  cellActionsPlugin
 ];
 
 export default plugins;
