@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .chat import StreamOptions
+from .chat import Prediction, StreamOptions
 from .chat_answers import ChatStreamDone, ChatStreamError, ChatUsage, chat_usage, closing_frames
 from .errors import LmspError
 from .events import (
@@ -21,6 +21,7 @@ from .events import (
 )
 from .items import MAX_TEXT_CHARS, InputMessage, OutputMessage
 from .logprobs import LOGPROBS_INCLUDE, Logprob
+from .models import EXTENSION_KEY
 from .requests import (
     SAMPLING_FIELDS,
     MinP,
@@ -77,6 +78,11 @@ class CompletionRequest(BaseModel):
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
     # Accepted and ignored.
+    prediction: Prediction | None = Field(
+        default=None,
+        description="The text as expected, mostly (as Chat Completions' `prediction`): "
+        "verified, never copied.",
+    )
     user: str | None = Field(default=None, max_length=512)
 
     @property
@@ -101,6 +107,11 @@ def as_response_request(completion: CompletionRequest) -> ResponseRequest:
         max_output_tokens=completion.max_tokens,
         include=None if completion.logprobs is None else [LOGPROBS_INCLUDE],
         top_logprobs=completion.logprobs,
+        extensions=(
+            {EXTENSION_KEY: {"prediction": completion.prediction.model_dump()}}
+            if completion.prediction is not None
+            else None
+        ),
         **completion.model_dump(include=SAMPLING_FIELDS),
     )
 
@@ -111,7 +122,7 @@ def completion_param(param: str) -> str:
         return "max_tokens"
     if param.startswith("input"):
         return "prompt"
-    return param
+    return param.removeprefix(f"extensions.{EXTENSION_KEY}.")
 
 
 class CompletionLogprobs(BaseModel):

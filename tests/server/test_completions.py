@@ -178,6 +178,28 @@ def test_bad_input_is_a_400_naming_the_field(
     assert problem["param"] == param
 
 
+def test_a_prediction_is_verified_and_never_changes_the_text(client: httpx.Client) -> None:
+    body = complete(max_tokens=24, temperature=0)
+    plain = client.post("/completions", json=body).json()
+    text = plain["choices"][0]["text"]
+    predicted = client.post(
+        "/completions", json={**body, "prediction": {"type": "content", "content": text}}
+    ).json()
+    wrong = {"type": "content", "content": "Zebra quantum 4711 marmalade " * 4}
+    mispredicted = client.post("/completions", json={**body, "prediction": wrong}).json()
+    assert predicted["choices"][0]["text"] == mispredicted["choices"][0]["text"] == text
+    details = predicted["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] > 0
+    assert mispredicted["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+
+
+@pytest.mark.parametrize("prediction", [{"type": "image", "content": "x"}, {"content": 5}, "text"])
+def test_a_bad_prediction_is_a_400_naming_it(client: httpx.Client, prediction: object) -> None:
+    response = client.post("/completions", json=complete(prediction=prediction))
+    problem = assert_problem(response, 400, "invalid_request")
+    assert str(problem["param"]).startswith("prediction")
+
+
 def test_a_missing_prompt_is_named(client: httpx.Client) -> None:
     problem = assert_problem(
         client.post("/completions", json={"model": MODEL}), 400, "invalid_request"

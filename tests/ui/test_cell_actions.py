@@ -62,7 +62,7 @@ def executed(notebook: ui.Notebook, index: int) -> bool:
 def test_explain_is_offered_on_error_outputs_and_runs_in_a_new_cell_below(
     browser: Browser, lab: LiveServer
 ) -> None:
-    ui.write_notebook(lab, "explain.ipynb", "1 + 1", "1 / 0", "2 + 2")
+    ui.write_notebook(lab, "explain.ipynb", f"{ui.LOAD}\n1 + 1", "1 / 0", "2 + 2")
     notebook = ui.open_notebook(browser, lab, "explain.ipynb")
     notebook.run(0)
     notebook.wait_until(lambda: executed(notebook, 0), 60, "cell 0 run")
@@ -74,19 +74,28 @@ def test_explain_is_offered_on_error_outputs_and_runs_in_a_new_cell_below(
     notebook.wait_until(lambda: explain.count() == 1, 30, "an Explain button")
     assert notebook.cell(0).locator(".lmsp-ExplainButton").count() == 0
     assert notebook.cell(1).locator(".lmsp-ExplainButton").count() == 1
-    notebook.screenshot("explain-error.png")
 
     cells = notebook.page.locator(CELLS)
     assert cells.count() == 3
     explain.click()
     notebook.wait_until(lambda: cells.count() == 4, 30, "a cell inserted below")
     assert [cell_text(notebook, i) for i in range(4)] == [
-        "1 + 1",
+        f"{ui.LOAD}\n1 + 1",
         "1 / 0",
         "%lmsp explain",
         "2 + 2",
     ]
-    notebook.wait_until(lambda: executed(notebook, 2), 60, "the new cell run")
+    # The new cell asks the model about the error: its answer's prompt, shown from the start,
+    # holds the traceback and the failing cell's source. The answer itself is not waited for.
+    prompt = notebook.answer(2).locator(".lmsp-prompt")
+    notebook.wait_until(lambda: prompt.count() == 1 and prompt.is_visible(), 120, "the prompt")
+    prompt.locator("summary").click()
+    shown = str(prompt.inner_text())
+    assert "ZeroDivisionError" in shown and "1 / 0" in shown
+    notebook.screenshot("explain-error.png")
+    stop = notebook.answer(2).locator(".lmsp-stop")
+    if stop.is_visible():
+        stop.click()
     assert cells.count() == 4
     assert not executed(notebook, 3)
 

@@ -168,7 +168,7 @@ export async function editCell(
     cell.model.type === 'markdown'
       ? 'markdown'
       : (panel.content.model?.defaultKernelLanguage ?? 'python');
-  const { prompt } = editPrompt(instruction, source, language);
+  const { prompt, prediction } = editPrompt(instruction, source, language);
   const controller = new AbortController();
   const view = new EditView(cell, trans, controller);
   let generated = '';
@@ -183,6 +183,7 @@ export async function editCell(
       body: JSON.stringify({
         model,
         prompt,
+        prediction: { type: 'content', content: prediction },
         max_tokens: source.length + EDIT_EXTRA_TOKENS,
         temperature: 0,
         stop: EDIT_STOP,
