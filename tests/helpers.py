@@ -9,6 +9,7 @@ time. The time limit only bounds a failure: it is generous, and no test asserts 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -95,6 +96,23 @@ def install_js_clients(directory: Path = JS_CLIENTS) -> None:
         capture_output=True,
         timeout=600,
     )
+
+
+def run_js_client(script: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``script`` of :data:`JS_CLIENTS` with node (its packages installed first), ``env``
+    added to the environment; the JSON object it printed."""
+    install_js_clients()
+    run = subprocess.run(
+        ["node", script],
+        cwd=JS_CLIENTS,
+        env={**node_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    result: dict[str, Any] = json.loads(run.stdout)
+    return result
 
 
 class _Deadline:

@@ -7,6 +7,7 @@ Vectors are compared with each other in the same process, never with fixed numbe
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from langchain_ollama import OllamaEmbeddings
 from lmsp_jupyter.client import LmspClient
 from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW
 from tests.conftest import MODEL, LiveServer, running_server
+from tests.helpers import run_js_client
 
 TEXTS = ["The cat sat on the mat.", "Stock prices fell sharply today.", "A kitten rests on a rug."]
 
@@ -155,6 +157,9 @@ def test_ollama_embed_cuts_a_long_text_unless_truncate_is_false(server: LiveServ
     with pytest.raises(ollama.ResponseError) as caught:
         client.embed(MODEL, long_text, truncate=False)
     assert caught.value.status_code == 400 and "2048" in caught.value.error
+    # the older /api/embeddings has no truncate: it always cuts, as Ollama's runner does
+    older = client.embeddings(MODEL, long_text)
+    assert np.array_equal(older.embedding, cut.embeddings[0])
 
 
 def test_langchain_ollama_embeddings(server: LiveServer, vectors: list[list[float]]) -> None:
@@ -170,3 +175,18 @@ def test_langchain_ollama_embeddings(server: LiveServer, vectors: list[list[floa
 def test_lmsp_client_embed(server: LiveServer, vectors: list[list[float]]) -> None:
     with LmspClient(server.lmsp, server.token) as client:
         assert np.allclose(client.embed(TEXTS, model=MODEL), vectors, atol=1e-6)
+
+
+def test_ollama_npm_embed(server: LiveServer, vectors: list[list[float]]) -> None:
+    """The ``ollama`` npm library's ``embed`` (``tests/compat/js/ollama_embed.mjs``)."""
+    env = {
+        "OLLAMA_HOST": f"{server.root}lmsp/ollama",
+        "LMSP_TOKEN": server.token,
+        "LMSP_MODEL": MODEL,
+        "LMSP_TEXTS": json.dumps(TEXTS),
+    }
+    results = run_js_client("ollama_embed.mjs", env)
+    assert np.allclose(results["many"]["embeddings"], vectors, atol=1e-6)
+    assert results["many"]["promptEvalCount"] > len(TEXTS)
+    assert np.allclose(results["one"][0], vectors[0], atol=1e-4)
+    assert results["error"]["status"] == 400 and "2048" in results["error"]["message"]
