@@ -137,6 +137,20 @@ def no_weight_repacking() -> Iterator[None]:
             llama_cpp.llama_cpp.llama_model_default_params = _DEFAULT_MODEL_PARAMS
 
 
+def _tokenize(vocab: Any, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+    """The tokens of ``text`` by ``vocab``: with the BOS the model wants (``add_special``),
+    special tokens written in it read as such (``parse_special``)."""
+    data = text.encode()
+    capacity = len(data) + 8
+    tokens = (llama_cpp.llama_token * capacity)()
+    count = llama_cpp.llama_tokenize(
+        vocab, data, len(data), tokens, capacity, add_special, parse_special
+    )
+    if count < 0:
+        raise EngineError("the text could not be tokenized")
+    return list(tokens[:count])
+
+
 class LlamaTokenizer:
     """A vocabulary-only llama.cpp model: tokenizes prompts without the weights in memory."""
 
@@ -167,15 +181,7 @@ class LlamaTokenizer:
 
     def tokenize(self, text: str) -> list[int]:
         """Tokens of a rendered prompt; special tokens in it are parsed as such."""
-        data = text.encode()
-        capacity = len(data) + 8
-        tokens = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(
-            self._vocab, data, len(data), tokens, capacity, False, True
-        )
-        if count < 0:
-            raise EngineError("the prompt could not be tokenized")
-        return list(tokens[:count])
+        return _tokenize(self._vocab, text, add_special=False, parse_special=True)
 
     @property
     def schemas(self) -> SchemaCompiler:
@@ -498,15 +504,7 @@ class PooledEmbedder:
 
     def tokenize(self, text: str) -> list[int]:
         """The tokens of ``text`` as the model embeds it (its BOS first, as llama.cpp adds)."""
-        data = text.encode()
-        capacity = len(data) + 8
-        tokens = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(
-            self._vocab, data, len(data), tokens, capacity, True, False
-        )
-        if count < 0:
-            raise EngineError("the text could not be tokenized")
-        return list(tokens[:count])
+        return _tokenize(self._vocab, text, add_special=True, parse_special=False)
 
     def count(self, text: str) -> int:
         """The tokens of ``text`` as the model embeds it."""
