@@ -156,7 +156,9 @@ class Embedders:
         """The normalized vectors of ``texts`` and their tokens, by ``entry`` loaded to embed
         (:meth:`load`); a text over the window is cut to it with ``truncate``, else raises
         :class:`InputTooLong`. The texts are embedded together with those of the requests
-        waiting beside them; each vector is the one the text gets alone."""
+        waiting beside them (a generative model with a named pooling gives each text the very
+        vector it gets alone; an embedding GGUF's own pooling, llama.cpp's, may differ in the
+        last bits)."""
         executor = self._executors.get(entry.id)
         model = self._models.get(entry.id)
         if executor is None or model is None:
