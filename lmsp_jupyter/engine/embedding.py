@@ -36,9 +36,6 @@ EMBEDDING_ARCHITECTURES = frozenset(
 )
 #: Tokens one text may have: each is pooled from one batch.
 EMBEDDING_WINDOW = 2048
-#: Texts a generative model embedding with a named pooling reads at once, each with its own KV
-#: cache of the window (``engine.local.llama.PooledEmbedder``); as llama-server's 8 slots.
-EMBEDDING_SEQUENCES = 8
 
 
 def embedding_window(entry: ModelEntry, window: int = EMBEDDING_WINDOW) -> int:
@@ -56,7 +53,7 @@ class InputTooLong(EngineError):
 
 
 class Embedder(Protocol):
-    """A model loaded to embed (``engine.local.llama.load_embedder``)."""
+    """A model loaded to embed (``engine.local.llama.LlamaEmbedder``)."""
 
     def count(self, text: str) -> int:
         """The tokens of ``text``."""
@@ -111,11 +108,9 @@ class Embedders:
         self._gathering: dict[str, asyncio.Future[None]] = {}
 
     def footprint(self, entry: ModelEntry) -> int:
-        """Bytes ``entry`` takes loaded to embed: its weights and the KV cache of a window (a
-        generative model with a named pooling: of each text it reads at once)."""
-        sequences = EMBEDDING_SEQUENCES if entry.id in self.pooling else 1
+        """Bytes ``entry`` takes loaded to embed: its weights and one window's KV cache."""
         window = embedding_window(entry, self.window)
-        return footprint(entry.weights_bytes, entry.kv_bytes_per_token, window, sequences)
+        return footprint(entry.weights_bytes, entry.kv_bytes_per_token, window, 1)
 
     def is_loaded(self, model_id: str) -> bool:
         """Whether the model is loaded to embed."""
@@ -156,9 +151,8 @@ class Embedders:
         """The normalized vectors of ``texts`` and their tokens, by ``entry`` loaded to embed
         (:meth:`load`); a text over the window is cut to it with ``truncate``, else raises
         :class:`InputTooLong`. The texts are embedded together with those of the requests
-        waiting beside them (a generative model with a named pooling gives each text the very
-        vector it gets alone; an embedding GGUF's own pooling, llama.cpp's, may differ in the
-        last bits)."""
+        waiting beside them, so a vector may differ in its last bits with the texts it shares
+        a batch with (as llama-server's and Ollama's do)."""
         executor = self._executors.get(entry.id)
         model = self._models.get(entry.id)
         if executor is None or model is None:

@@ -35,7 +35,7 @@ from ..engine.catalog import (
 )
 from ..engine.embedding import Embedders
 from ..engine.local.engine import EngineSettings, LocalEngine
-from ..engine.local.llama import load_embedder
+from ..engine.local.llama import LlamaEmbedder
 from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
@@ -369,7 +369,7 @@ class LmspApp(ExtensionApp):
             self.log.warning("%s", notice)
         # Embedding models run on llama.cpp too, with the local engine's threads.
         threads = (local.settings if isinstance(local, LocalEngine) else EngineSettings()).threads
-        embedders = Embedders(load_embedder, threads, self.embedding_models)
+        embedders = Embedders(LlamaEmbedder, threads, self.embedding_models)
         self.model_manager = self.model_manager_class(
             self.engine, embedders=embedders, parent=self, log=self.log
         )

@@ -16,13 +16,13 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
 from lmsp_jupyter.engine.embedding import Embedders
-from lmsp_jupyter.engine.local.llama import load_embedder
+from lmsp_jupyter.engine.local.llama import LlamaEmbedder
 from tests.conftest import MODEL, LiveServer, running_server, stop_server
 from tests.helpers import eventually
 from tests.server.helpers import assert_problem
 
-#: The embedding footprint of the bundled model with mean pooling, as the server counts it.
-EMBEDDING_FOOTPRINT = Embedders(load_embedder, threads=1, pooling={MODEL: "mean"}).footprint
+#: The embedding footprint of a model, as the server counts it (the embedders' own).
+EMBEDDING_FOOTPRINT = Embedders(LlamaEmbedder, threads=1).footprint
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,10 @@ import numpy as np
 import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from ..embedding import EMBEDDING_SEQUENCES, Embedder
 from ..generation import EngineError, ModelLoadError, SamplingParams, TokenLogprob
 from ..guidance import SchemaCompiler, SchemaMatcher
 from .logits import Penalties, TokenLogprobs
-from .passes import PASS_MAX, lone_token_needs_pad, pass_size
+from .passes import PASS_MAX
 
 log = logging.getLogger(__name__)
 
@@ -137,20 +136,6 @@ def no_weight_repacking() -> Iterator[None]:
             llama_cpp.llama_cpp.llama_model_default_params = _DEFAULT_MODEL_PARAMS
 
 
-def _tokenize(vocab: Any, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-    """The tokens of ``text`` by ``vocab``: with the BOS the model wants (``add_special``),
-    special tokens written in it read as such (``parse_special``)."""
-    data = text.encode()
-    capacity = len(data) + 8
-    tokens = (llama_cpp.llama_token * capacity)()
-    count = llama_cpp.llama_tokenize(
-        vocab, data, len(data), tokens, capacity, add_special, parse_special
-    )
-    if count < 0:
-        raise EngineError("the text could not be tokenized")
-    return list(tokens[:count])
-
-
 class LlamaTokenizer:
     """A vocabulary-only llama.cpp model: tokenizes prompts without the weights in memory."""
 
@@ -181,7 +166,15 @@ class LlamaTokenizer:
 
     def tokenize(self, text: str) -> list[int]:
         """Tokens of a rendered prompt; special tokens in it are parsed as such."""
-        return _tokenize(self._vocab, text, add_special=False, parse_special=True)
+        data = text.encode()
+        capacity = len(data) + 8
+        tokens = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(
+            self._vocab, data, len(data), tokens, capacity, False, True
+        )
+        if count < 0:
+            raise EngineError("the prompt could not be tokenized")
+        return list(tokens[:count])
 
     @property
     def schemas(self) -> SchemaCompiler:
@@ -413,18 +406,11 @@ POOLING_TYPES = {
 }
 
 
-def load_embedder(path: Path, pooling: str | None, window: int, threads: int) -> Embedder:
-    """A model loaded to embed: with its GGUF's own pooling (an embedding model), or a
-    generative model with the pooling named for it (:class:`PooledEmbedder`)."""
-    if pooling is None:
-        return LlamaEmbedder(path, pooling, window, threads)
-    return PooledEmbedder(path, pooling, window, threads)
-
-
 class LlamaEmbedder:
-    """A model loaded to embed text with its GGUF's pooling (BERT-family, Nomic, ...): each
-    text's pooled, L2-normalized vector, many texts decoded together in one batch (llama.cpp's
-    own, whose last bits depend on the batch). Each text must fit ``window`` tokens."""
+    """A model loaded to embed text, with its GGUF's pooling or the one named for it: each
+    text's pooled, L2-normalized vector, many texts decoded together in one batch by llama.cpp
+    (whose last bits then depend on the other texts of the batch, as llama-server's and
+    Ollama's do). Each text must fit ``window`` tokens."""
 
     def __init__(self, path: Path, pooling: str | None, window: int, threads: int) -> None:
         with no_weight_repacking():
@@ -455,166 +441,3 @@ class LlamaEmbedder:
     def close(self) -> None:
         """Free the model."""
         self._llama.close()
-
-
-class PooledEmbedder:
-    """A generative model loaded to embed text with a pooling named for it (``mean``, ``cls``,
-    ``last``): each text's pooled, L2-normalized vector, exactly the one it gets alone.
-
-    Up to :data:`EMBEDDING_SEQUENCES` texts are read at once, each its own sequence with its
-    own KV stream of ``window`` cells, in passes that hold the same number of tokens (at most
-    ``PASS_MAX``) of each, as the generation engine's passes do (``engine/passes.py``): then a
-    token's state depends neither on the other texts nor on how its text was cut into passes.
-    The states of a text's tokens are pooled here, in token order, so its vector is the same
-    bits alone or beside others.
-    """
-
-    def __init__(self, path: Path, pooling: str, window: int, threads: int) -> None:
-        if pooling not in POOLING_TYPES or pooling is None:
-            raise ModelLoadError(f"no pooling {pooling!r}: one of mean, cls, last")
-        prepare_llama_cpp()
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = 0
-        model_params.use_extra_bufts = False  # as the engine loads it (LlamaModel)
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
-        if not self._model:
-            raise ModelLoadError(f"{path.name} could not be loaded")
-        self.pooling = pooling
-        self.window = window
-        self.sequences = EMBEDDING_SEQUENCES
-        size = PASS_MAX * self.sequences
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = window * self.sequences
-        params.n_batch = params.n_ubatch = size
-        params.n_seq_max = self.sequences
-        params.n_threads = params.n_threads_batch = threads
-        params.kv_unified = False
-        params.swa_full = True
-        params.no_perf = True
-        params.embeddings = True
-        params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE  # pooled here
-        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
-        if not self._ctx:
-            llama_cpp.llama_model_free(self._model)
-            raise ModelLoadError(f"{path.name} could not be given {self.sequences} windows")
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self._batch = llama_cpp.llama_batch_init(size, 0, 1)
-        self._size: int = llama_cpp.llama_model_n_embd(self._model)
-
-    def tokenize(self, text: str) -> list[int]:
-        """The tokens of ``text`` as the model embeds it (its BOS first, as llama.cpp adds)."""
-        return _tokenize(self._vocab, text, add_special=True, parse_special=False)
-
-    def count(self, text: str) -> int:
-        """The tokens of ``text`` as the model embeds it."""
-        return len(self.tokenize(text))
-
-    def embed(self, texts: Sequence[str], truncate: bool = False) -> tuple[list[list[float]], int]:
-        """The vectors of ``texts`` and how many tokens they took; ``truncate``: each text cut
-        to the window first (else a longer one is an error)."""
-        tokens = [self.tokenize(text) for text in texts]
-        if truncate:
-            tokens = [t[: self.window] for t in tokens]
-        if any(len(t) > self.window for t in tokens):
-            raise EngineError(f"a text has more than {self.window} tokens")
-        vectors: list[list[float]] = [[] for _ in texts]
-        waiting = list(range(len(texts)))[::-1]
-        reading: dict[int, _Reading] = {}  # by sequence
-        while waiting or reading:
-            for sequence in range(self.sequences):
-                if sequence not in reading and waiting:
-                    index = waiting.pop()
-                    reading[sequence] = _Reading(index, tokens[index], self._size)
-            for run in _runs(sorted(reading)):
-                self._read([reading[sequence] for sequence in run], run[0])
-            for sequence, text in list(reading.items()):
-                if text.done:
-                    vectors[text.index] = text.vector(self.pooling)
-                    llama_cpp.llama_memory_seq_rm(self._memory, sequence, 0, -1)
-                    del reading[sequence]
-        return vectors, sum(map(len, tokens))
-
-    def _read(self, texts: list[_Reading], first: int) -> None:
-        """One pass of the next tokens of ``texts``, the sequences from ``first`` on: as many of
-        each (at most ``PASS_MAX``); a lone token that would split attention is read again with
-        the one before it."""
-        count = min(pass_size(len(text.tokens) - text.read) for text in texts)
-        start = texts[0].read
-        back = len(texts) == 1 and count == 1 and lone_token_needs_pad(start)
-        if back:
-            start -= 1
-            llama_cpp.llama_memory_seq_rm(self._memory, first, start, -1)
-        batch = self._batch
-        batch.n_tokens = 0
-        for offset, text in enumerate(texts):
-            begin = start if back else text.read
-            for position in range(begin, text.read + count):
-                i = batch.n_tokens
-                batch.token[i] = text.tokens[position]
-                batch.pos[i] = position
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = first + offset
-                batch.logits[i] = True
-                batch.n_tokens += 1
-        status = llama_cpp.llama_decode(self._ctx, batch)
-        if status != 0:
-            raise EngineError(f"llama.cpp failed to evaluate a batch (status {status})")
-        row = 0
-        for text in texts:
-            if back:
-                row += 1  # the token read again: its state is the one kept
-            for _ in range(count):
-                pointer = llama_cpp.llama_get_embeddings_ith(self._ctx, row)
-                text.states[text.read] = np.ctypeslib.as_array(pointer, shape=(self._size,))
-                text.read += 1
-                row += 1
-
-    def close(self) -> None:
-        """Free the context and the weights."""
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx:
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
-        if self._model:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
-
-
-class _Reading:
-    """A text being read: its tokens, how many are read, their states."""
-
-    def __init__(self, index: int, tokens: list[int], size: int) -> None:
-        self.index = index
-        self.tokens = tokens
-        self.read = 0
-        self.states = np.zeros((len(tokens), size), dtype=np.float32)
-
-    @property
-    def done(self) -> bool:
-        return self.read == len(self.tokens)
-
-    def vector(self, pooling: str) -> list[float]:
-        """The text's vector: its tokens' states pooled, L2-normalized."""
-        if pooling == "cls":
-            pooled = self.states[0].astype(np.float64)
-        elif pooling == "last":
-            pooled = self.states[-1].astype(np.float64)
-        else:
-            pooled = self.states.astype(np.float64).sum(axis=0) / len(self.tokens)
-        norm = float(np.linalg.norm(pooled))
-        return [float(v) for v in (pooled / norm if norm > 0 else pooled)]
-
-
-def _runs(sequences: list[int]) -> list[list[int]]:
-    """``sequences`` (sorted) as runs of consecutive ids: llama.cpp reads one pass across
-    streams only for consecutive sequences."""
-    runs: list[list[int]] = []
-    for sequence in sequences:
-        if runs and runs[-1][-1] == sequence - 1:
-            runs[-1].append(sequence)
-        else:
-            runs.append([sequence])
-    return runs
