@@ -1,5 +1,6 @@
 """Helpers every suite shares: a function tool, where the repository is, the JavaScript
-clients, and :func:`eventually`, the one way a test waits for a condition.
+clients, how alike two vectors of one text must be, and :func:`eventually`, the one way a
+test waits for a condition.
 
 A test waits for what another process or thread does (a server starting, a task reaching an
 event, a page receiving it) by polling a probe until it answers, never by sleeping a guessed
@@ -9,6 +10,7 @@ time. The time limit only bounds a failure: it is generous, and no test asserts 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 T = TypeVar("T")
 
@@ -95,6 +100,39 @@ def install_js_clients(directory: Path = JS_CLIENTS) -> None:
         capture_output=True,
         timeout=600,
     )
+
+
+def run_js_client(script: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``script`` of :data:`JS_CLIENTS` with node (its packages installed first), ``env``
+    added to the environment; the JSON object it printed."""
+    install_js_clients()
+    run = subprocess.run(
+        ["node", script],
+        cwd=JS_CLIENTS,
+        env={**node_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    result: dict[str, Any] = json.loads(run.stdout)
+    return result
+
+
+#: The least cosine similarity of one text's vectors embedded alone and beside other texts:
+#: llama.cpp's batched embedding changes a vector's last bits with its batch, on every CPU in
+#: its own way. Measured with the bundled model, mean pooling, texts of 6 to 300 tokens alone
+#: and in batches of 2 to 16 (2026-12-04): at least 0.99995 on this machine's
+#: AVX-512 build and 0.99996 on a build without AVX-512 (AVX2), max abs component 3e-3;
+#: different texts stay far below (cat/kitten 0.90, cat/stocks 0.58).
+SAME_TEXT_COSINE = 0.9999
+
+
+def same_text(a: npt.ArrayLike, b: npt.ArrayLike) -> bool:
+    """Whether ``a`` and ``b`` are vectors of one text (in different batches): their cosine
+    similarity is at least :data:`SAME_TEXT_COSINE`."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))) >= SAME_TEXT_COSINE
 
 
 class _Deadline:

@@ -73,7 +73,10 @@ class OllamaOptions(_Lenient):
         default=None, max_length=4
     )
     num_ctx: int | None = Field(
-        default=None, ge=1, description="Accepted: the window is the server's (LmspApp)."
+        default=None,
+        ge=1,
+        description="Accepted and not applied: a model's window is set when it loads, for all "
+        "its requests (LocalEngine.context_size); a prompt is never cut to num_ctx.",
     )
 
 

@@ -255,13 +255,16 @@ class EmbedHandler(OllamaHandler):
 
 
 class EmbeddingsHandler(OllamaHandler):
-    """``POST /api/embeddings``, Ollama's older endpoint: the prompt's vector."""
+    """``POST /api/embeddings``, Ollama's older endpoint: the prompt's vector, a prompt over
+    the window cut to it (Ollama's runner always truncates here; it has no ``truncate``)."""
 
     operations = {"post": _operation("ollamaEmbeddings", "responses:write")}
 
     async def post(self) -> None:
         request = validate_request(OllamaEmbeddingsRequest, self.body())
-        embeddings = await self.embed(request.model, [request.prompt], None, request.keep_alive)
+        embeddings = await self.embed(
+            request.model, [request.prompt], None, request.keep_alive, truncate=True
+        )
         self.write_json(OllamaEmbeddingResponse(embedding=embeddings.vectors[0]))
 
 

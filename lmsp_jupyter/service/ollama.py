@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from ..engine.catalog import ModelEntry
+from ..engine.embedding import embedding_window
 from ..protocol.errors import LmspError
 from ..protocol.models import Model
 from ..protocol.ollama_answers import (
@@ -67,6 +68,13 @@ class OllamaModels:
         """Whether the model writes reasoning (Ollama's ``think``)."""
         return "reasoning" in self.models.capabilities(entry)
 
+    def context_length(self, entry: ModelEntry, model: Model) -> int:
+        """The window Ollama reports: a model that only embeds, the tokens a text may have
+        (its own trained context, up to the embedding window); else the generation window."""
+        if self.capabilities(entry) == ["embedding"]:
+            return embedding_window(entry)
+        return model.context_length
+
     def tags(self) -> OllamaModelList:
         """``/api/tags``: every model."""
         listed = []
@@ -99,7 +107,7 @@ class OllamaModels:
                     digest=_digest(entry),
                     details=_details(entry),
                     expires_at=timestamp(_expiry(model)),
-                    context_length=model.context_length,
+                    context_length=self.context_length(entry, model),
                 )
             )
         return OllamaRunningList(models=running)
@@ -116,7 +124,7 @@ class OllamaModels:
                 "general.architecture": architecture,
                 "general.basename": entry.id,
                 "general.file_type": entry.quantization or "",
-                f"{architecture}.context_length": model.context_length,
+                f"{architecture}.context_length": self.context_length(entry, model),
             },
             capabilities=self.capabilities(entry),
             modified_at=timestamp(model.created),

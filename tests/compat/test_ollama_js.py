@@ -1,36 +1,29 @@
 """The ``ollama`` npm library against the Ollama API on the Jupyter port, run by node from
-``tests/compat/js`` (``ollama.mjs``): list, show, chat streamed and not, generate, a format
-schema, tools, ps and an error."""
+``tests/compat/js`` (``ollama.mjs``): list, show, chat streamed and not, generate (and with a
+suffix), a format schema, tools, ps and an error; ``embed`` (``ollama_embed.mjs``) is in
+``tests/server/test_embeddings.py``, whose server embeds."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import jsonschema
 import pytest
 
 from tests.conftest import MODEL, LiveServer
-from tests.helpers import JS_CLIENTS, install_js_clients, node_env
+from tests.helpers import run_js_client
 
 
 @pytest.fixture(scope="module")
 def results(live_server: LiveServer) -> dict[str, Any]:
     """What each call of ``ollama.mjs`` gave."""
-    install_js_clients()
     env = {
-        **node_env(),
         "OLLAMA_HOST": f"{live_server.root}lmsp/ollama",
         "LMSP_TOKEN": live_server.token,
         "LMSP_MODEL": MODEL,
     }
-    run = subprocess.run(
-        ["node", "ollama.mjs"], cwd=JS_CLIENTS, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    result: dict[str, Any] = json.loads(run.stdout)
-    return result
+    return run_js_client("ollama.mjs", env)
 
 
 def test_version_list_and_show(results: dict[str, Any]) -> None:
@@ -49,6 +42,15 @@ def test_chat_streamed_and_whole_agree(results: dict[str, Any]) -> None:
 def test_generate(results: dict[str, Any]) -> None:
     assert results["generate"]["text"] != ""
     assert results["generate"]["doneReason"] == "length"
+
+
+def test_generate_with_a_suffix_the_model_cannot_fill_reads_the_raw_prompt(
+    results: dict[str, Any],
+) -> None:
+    suffix = results["suffix"]
+    assert suffix["text"] == suffix["raw"] != ""
+    assert suffix["promptTokens"] == suffix["rawPromptTokens"] > 0
+    assert suffix["doneReason"] == "length"
 
 
 def test_format_schema_is_enforced(results: dict[str, Any]) -> None:

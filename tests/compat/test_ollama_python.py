@@ -152,6 +152,21 @@ def test_without_fim_tokens_a_suffix_is_left_out(client: ollama.Client) -> None:
     assert with_system.prompt_eval_count == alone.prompt_eval_count
 
 
+def test_num_ctx_does_not_change_the_window(client: ollama.Client, live_server: LiveServer) -> None:
+    """A model's window is set when it loads: ``num_ctx`` is accepted and not applied, a
+    prompt longer than it is read whole, and one over the server's window is refused."""
+    alone = client.generate(MODEL, CODE, raw=True, options=GREEDY)
+    small = client.generate(MODEL, CODE, raw=True, options={**GREEDY, "num_ctx": 2})
+    assert small.response == alone.response
+    assert small.prompt_eval_count == alone.prompt_eval_count
+    assert small.prompt_eval_count is not None and small.prompt_eval_count > 2
+    with live_server.client() as lmsp:
+        window = lmsp.get(f"/models/{MODEL}").json()["context_length"]
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.generate(MODEL, "word " * window, options={**GREEDY, "num_ctx": 2 * window})
+    assert caught.value.status_code == 400 and "context window" in caught.value.error
+
+
 def test_stop_ends_with_done_reason_stop(client: ollama.Client) -> None:
     free = client.generate(MODEL, "Count: 1, 2, 3,", options={"temperature": 0, "num_predict": 12})
     stop = (free.response or "").strip()[:1]

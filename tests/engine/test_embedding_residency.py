@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
-from lmsp_jupyter.engine.embedding import Embedder, Embedders
+from lmsp_jupyter.engine.embedding import Embedder, Embedders, InputTooLong
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.protocol.errors import LmspError
 from tests.doubles import ScriptedEngine
@@ -83,6 +83,19 @@ async def test_an_embedding_model_is_loaded_through_the_manager_and_listed(
     assert state.memory_bytes == embedders.footprint(bge) > 0
     await manager.close()
     assert recorder.closed == [bge.path()] and manager.state("bge") is None
+
+
+async def test_a_text_may_have_no_more_tokens_than_the_model_was_trained_for(
+    entries: tuple[ModelEntry, ModelEntry],
+) -> None:
+    bge, _ = entries  # trained for 512 positions, under the embedding window
+    embedders = Embedders(Recorder(), threads=1)
+    await embedders.load(bge)
+    vectors, tokens = await embedders.embed(bge, ["word " * 600], truncate=True)
+    assert tokens == 512 and len(vectors) == 1
+    with pytest.raises(InputTooLong, match="512 at most"):
+        await embedders.embed(bge, ["word " * 513])
+    await embedders.unload("bge")
 
 
 async def test_a_generative_model_embeds_in_its_own_role_with_its_pooling(

@@ -2,11 +2,14 @@
 ``/api/embeddings``, through the real clients, from the bundled generative model with mean
 pooling (named in ``LmspApp.embedding_models``: nothing else may be downloaded here).
 
-Vectors are compared with each other in the same process, never with fixed numbers.
+Vectors are compared with each other in the same process, never with fixed numbers: a text's
+vectors from the same batch bit for bit, from different batches by their cosine similarity
+(:func:`tests.helpers.same_text`), as llama.cpp's batch changes a vector's last bits.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ from langchain_ollama import OllamaEmbeddings
 from lmsp_jupyter.client import LmspClient
 from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW
 from tests.conftest import MODEL, LiveServer, running_server
+from tests.helpers import run_js_client, same_text
 
 TEXTS = ["The cat sat on the mat.", "Stock prices fell sharply today.", "A kitten rests on a rug."]
 
@@ -55,7 +59,7 @@ def test_vectors_are_normalized_and_tell_texts_apart(vectors: list[list[float]])
     assert len({len(vector) for vector in vectors}) == 1 and len(vectors[0]) > 100
     for vector in (cat, stocks, kitten):
         assert math.isclose(float(np.linalg.norm(vector)), 1.0, rel_tol=1e-4)
-    assert not np.allclose(cat, stocks)
+    assert not same_text(cat, stocks) and not same_text(cat, kitten)
 
 
 def test_a_batch_gives_each_text_its_own_vector(
@@ -64,7 +68,10 @@ def test_a_batch_gives_each_text_its_own_vector(
     with server.client() as client:
         for text, batched in zip(TEXTS, vectors, strict=True):
             alone = client.post("/embeddings", json={"model": MODEL, "input": text}).json()
-            assert np.allclose(alone["data"][0]["embedding"], batched, atol=1e-4)
+            assert same_text(alone["data"][0]["embedding"], batched)
+    with server.client() as client:  # the same batch again: the same bits
+        again = client.post("/embeddings", json={"model": MODEL, "input": TEXTS}).json()
+    assert [item["embedding"] for item in again["data"]] == vectors
 
 
 def test_openai_sdk_embeddings_create(server: LiveServer, vectors: list[list[float]]) -> None:
@@ -75,7 +82,7 @@ def test_openai_sdk_embeddings_create(server: LiveServer, vectors: list[list[flo
         assert np.allclose(item.embedding, expected, atol=1e-6)
     assert answer.usage.prompt_tokens == answer.usage.total_tokens > len(TEXTS)
     floats = client.embeddings.create(model=MODEL, input=TEXTS[0], encoding_format="float")
-    assert np.allclose(floats.data[0].embedding, vectors[0], atol=1e-6)
+    assert same_text(floats.data[0].embedding, vectors[0])
 
 
 def test_dimensions_are_refused_unless_the_models_own(
@@ -140,7 +147,7 @@ def test_ollama_embed_and_the_older_embeddings(
     assert answer.prompt_eval_count is not None and answer.prompt_eval_count > len(TEXTS)
     assert np.allclose(answer.embeddings, vectors, atol=1e-6)
     older = client.embeddings(MODEL, TEXTS[1])
-    assert np.allclose(older.embedding, vectors[1], atol=1e-4)
+    assert same_text(older.embedding, vectors[1])
     with pytest.raises(ollama.ResponseError) as caught:
         client.embed(MODEL, "Hi", dimensions=3)
     assert caught.value.status_code == 400 and "dimensions" in caught.value.error
@@ -155,6 +162,9 @@ def test_ollama_embed_cuts_a_long_text_unless_truncate_is_false(server: LiveServ
     with pytest.raises(ollama.ResponseError) as caught:
         client.embed(MODEL, long_text, truncate=False)
     assert caught.value.status_code == 400 and "2048" in caught.value.error
+    # the older /api/embeddings has no truncate: it always cuts, as Ollama's runner does
+    older = client.embeddings(MODEL, long_text)
+    assert np.array_equal(older.embedding, cut.embeddings[0])
 
 
 def test_langchain_ollama_embeddings(server: LiveServer, vectors: list[list[float]]) -> None:
@@ -164,9 +174,24 @@ def test_langchain_ollama_embeddings(server: LiveServer, vectors: list[list[floa
         client_kwargs={"headers": {"Authorization": f"Bearer {server.token}"}},
     )
     assert np.allclose(embeddings.embed_documents(TEXTS), vectors, atol=1e-6)
-    assert np.allclose(embeddings.embed_query(TEXTS[2]), vectors[2], atol=1e-4)
+    assert same_text(embeddings.embed_query(TEXTS[2]), vectors[2])
 
 
 def test_lmsp_client_embed(server: LiveServer, vectors: list[list[float]]) -> None:
     with LmspClient(server.lmsp, server.token) as client:
         assert np.allclose(client.embed(TEXTS, model=MODEL), vectors, atol=1e-6)
+
+
+def test_ollama_npm_embed(server: LiveServer, vectors: list[list[float]]) -> None:
+    """The ``ollama`` npm library's ``embed`` (``tests/compat/js/ollama_embed.mjs``)."""
+    env = {
+        "OLLAMA_HOST": f"{server.root}lmsp/ollama",
+        "LMSP_TOKEN": server.token,
+        "LMSP_MODEL": MODEL,
+        "LMSP_TEXTS": json.dumps(TEXTS),
+    }
+    results = run_js_client("ollama_embed.mjs", env)
+    assert np.allclose(results["many"]["embeddings"], vectors, atol=1e-6)
+    assert results["many"]["promptEvalCount"] > len(TEXTS)
+    assert same_text(results["one"][0], vectors[0])
+    assert results["error"]["status"] == 400 and "2048" in results["error"]["message"]

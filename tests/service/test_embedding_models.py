@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
-from lmsp_jupyter.engine.embedding import Embedder, Embedders
+from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW, Embedder, Embedders
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.service.embeddings import EmbeddingService
 from lmsp_jupyter.service.models import ModelDirectory
@@ -34,6 +34,22 @@ def test_an_embedding_gguf_only_embeds(tmp_path: Path) -> None:
     bge = models.entry("bge")
     assert models.capabilities(bge) == ["embedding"]
     assert OllamaModels(models).capabilities(bge) == ["embedding"]
+
+
+def test_ollama_shows_the_window_a_model_embeds_with(tmp_path: Path) -> None:
+    write_gguf(
+        tmp_path / "nomic.gguf",
+        {"general.architecture": "nomic-bert", "nomic-bert.context_length": 8192},
+    )
+    models = directory(tmp_path, {"tiny": "mean"})
+    ollama = OllamaModels(models)
+    assert models.engine.context_length(models.entry("bge")) != 512
+    # an embedding model: its own trained context, up to the embedding window
+    assert ollama.show("bge").model_info["bert.context_length"] == 512
+    assert ollama.show("nomic").model_info["nomic-bert.context_length"] == EMBEDDING_WINDOW
+    # a generative model that also embeds: the window it generates with
+    shown = ollama.show("tiny").model_info["llama.context_length"]
+    assert shown == models.engine.context_length(models.entry("tiny"))
 
 
 def test_a_generative_model_embeds_only_when_named(tmp_path: Path) -> None:

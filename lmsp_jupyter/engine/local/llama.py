@@ -408,8 +408,10 @@ POOLING_TYPES = {
 
 
 class LlamaEmbedder:
-    """A model loaded to embed text: each text's pooled, L2-normalized vector, many texts
-    decoded together in one batch. Each text must fit ``window`` tokens."""
+    """A model loaded to embed text, with its GGUF's pooling or the one named for it: each
+    text's pooled, L2-normalized vector, many texts decoded together in one batch by llama.cpp
+    (whose last bits then depend on the other texts of the batch, as llama-server's and
+    Ollama's do). Each text must fit ``window`` tokens."""
 
     def __init__(self, path: Path, pooling: str | None, window: int, threads: int) -> None:
         with no_weight_repacking():

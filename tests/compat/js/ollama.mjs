@@ -33,6 +33,20 @@ results.chat = {
 const generated = await ollama.generate({ model, prompt: 'The sky is', options: greedy });
 results.generate = { text: generated.response, doneReason: generated.done_reason };
 
+// The bundled model has no fill-in-the-middle tokens: a suffix is left out, as Ollama does,
+// so generating with one reads the same prompt as raw text without it.
+const code = 'def add(a, b):\n    ';
+const suffix = '\n\nprint(add(1, 2))';
+const suffixed = await ollama.generate({ model, prompt: code, suffix, options: greedy });
+const raw = await ollama.generate({ model, prompt: code, raw: true, options: greedy });
+results.suffix = {
+  text: suffixed.response,
+  raw: raw.response,
+  promptTokens: suffixed.prompt_eval_count,
+  rawPromptTokens: raw.prompt_eval_count,
+  doneReason: suffixed.done_reason
+};
+
 const schema = {
   type: 'object',
   properties: { sunny: { type: 'boolean' } },
