@@ -266,11 +266,7 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
         metadata=chat.metadata,
         include=[LOGPROBS_INCLUDE] if chat.logprobs else None,
         top_logprobs=chat.top_logprobs,
-        extensions=(
-            {EXTENSION_KEY: {"prediction": chat.prediction.model_dump()}}
-            if chat.prediction is not None
-            else None
-        ),
+        extensions=prediction_extensions(chat.prediction),
     )
 
 
@@ -280,6 +276,18 @@ def chat_param(chat: ChatCompletionRequest, param: str) -> str:
         return "max_tokens" if chat.max_completion_tokens is None else "max_completion_tokens"
     if param.startswith("input"):
         return "messages"  # one message may have become several items
+    return unextended_param(param)
+
+
+def prediction_extensions(prediction: Prediction | None) -> dict[str, Any] | None:
+    """The ``extensions`` of the response request an OpenAI dialect's request became: its
+    ``prediction`` under this service's own key."""
+    return None if prediction is None else {EXTENSION_KEY: {"prediction": prediction.model_dump()}}
+
+
+def unextended_param(param: str) -> str:
+    """A field of this service's extension (``extensions.x-lmsp-jupyter.prediction``) named as
+    the OpenAI dialects name it, at the top of their request (``prediction``)."""
     return param.removeprefix(f"extensions.{EXTENSION_KEY}.")
 
 

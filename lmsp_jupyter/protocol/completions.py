@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .chat import Prediction, StreamOptions
+from .chat import Prediction, StreamOptions, prediction_extensions, unextended_param
 from .chat_answers import ChatStreamDone, ChatStreamError, ChatUsage, chat_usage, closing_frames
 from .errors import LmspError
 from .events import (
@@ -21,7 +21,6 @@ from .events import (
 )
 from .items import MAX_TEXT_CHARS, InputMessage, OutputMessage
 from .logprobs import LOGPROBS_INCLUDE, Logprob
-from .models import EXTENSION_KEY
 from .requests import (
     SAMPLING_FIELDS,
     MinP,
@@ -107,11 +106,7 @@ def as_response_request(completion: CompletionRequest) -> ResponseRequest:
         max_output_tokens=completion.max_tokens,
         include=None if completion.logprobs is None else [LOGPROBS_INCLUDE],
         top_logprobs=completion.logprobs,
-        extensions=(
-            {EXTENSION_KEY: {"prediction": completion.prediction.model_dump()}}
-            if completion.prediction is not None
-            else None
-        ),
+        extensions=prediction_extensions(completion.prediction),
         **completion.model_dump(include=SAMPLING_FIELDS),
     )
 
@@ -122,7 +117,7 @@ def completion_param(param: str) -> str:
         return "max_tokens"
     if param.startswith("input"):
         return "prompt"
-    return param.removeprefix(f"extensions.{EXTENSION_KEY}.")
+    return unextended_param(param)
 
 
 class CompletionLogprobs(BaseModel):
