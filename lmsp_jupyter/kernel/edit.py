@@ -15,7 +15,13 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.display import display
 
-from ..protocol.cell_edit import EDIT_STOP, edit_prediction, edit_prompt, edited_source
+from ..protocol.cell_edit import (
+    EDIT_STOP,
+    edit_prediction,
+    edit_prompt,
+    edited_source,
+    quoted_source,
+)
 from ..protocol.models import EXTENSION_KEY
 from .answer import Answer
 from .context import CHARS_PER_TOKEN
@@ -71,7 +77,7 @@ class EditAnswer(Answer):
         """The edit as a unified diff of the old source against the new one."""
         new = self.new_source or ""
         lines = difflib.unified_diff(
-            self.source.rstrip("\n").splitlines(),
+            quoted_source(self.source).splitlines(),
             new.splitlines(),
             "cell above",
             "edited",

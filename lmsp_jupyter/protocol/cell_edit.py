@@ -8,7 +8,7 @@ from __future__ import annotations
 EDIT_STOP = ["```"]
 
 
-def _body(source: str) -> str:
+def quoted_source(source: str) -> str:
     """The source as the prompt quotes it: without its trailing newlines."""
     return source.rstrip("\n")
 
@@ -17,14 +17,14 @@ def edit_prompt(instruction: str, source: str, language: str) -> str:
     """The text a model continues with the new source, after ``After:`` and an open fence."""
     return (
         f"Instruction: {instruction.strip()}\n\n"
-        f"Before:\n```{language}\n{_body(source)}\n```\n\n"
+        f"Before:\n```{language}\n{quoted_source(source)}\n```\n\n"
         f"After:\n```{language}\n"
     )
 
 
 def edit_prediction(source: str) -> str:
     """The continuation expected when the edit changes little: the old source, then the fence."""
-    return f"{_body(source)}\n{EDIT_STOP[0]}"
+    return f"{quoted_source(source)}\n{EDIT_STOP[0]}"
 
 
 def edited_source(generated: str) -> str:
