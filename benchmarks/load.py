@@ -189,8 +189,8 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     """Start the server, run the load once, print the figures."""
     # Every connection may wait in its model's line (beyond max_queued_tasks: 503 overloaded).
     line = [f"--LmspApp.max_queued_tasks={args.connections}"]
-    store = scratch / "lmsp.sqlite3"
-    with running_server(log_path, app="server", store_path=store, extra=line) as server:
+    store = f"sqlite:///{scratch / 'lmsp.sqlite3'}"
+    with running_server(log_path, app="server", store_url=store, extra=line) as server:
         with RssSampler(server.pid) as rss:
             start = time.perf_counter()
             result = asyncio.run(

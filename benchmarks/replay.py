@@ -49,6 +49,7 @@ from benchmarks.replay_report import (
     progress_line,
 )
 from benchmarks.replay_stored import DEFAULT_PROMPT, fill_store, replay_phase
+from benchmarks.replay_stores import compare_stores
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 
 
@@ -70,6 +71,11 @@ def command_line() -> argparse.ArgumentParser:
         help="late followers join over this fraction of the 0-follower run's duration",
     )
     add("--skip-live", action="store_true", help="only the stored replay")
+    add(
+        "--postgresql",
+        action="store_true",
+        help="then the stored replay on SQLite and on a throwaway PostgreSQL, one server each",
+    )
     add(
         "--server-arg",
         action="append",
@@ -134,11 +140,11 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     )
     if args.server_arg:
         print(f"server arguments: {' '.join(args.server_arg)}")
-    store_path = scratch / "lmsp.sqlite3"
-    stored = fill_store(store_path, args.events)
+    store_url = f"sqlite:///{scratch / 'lmsp.sqlite3'}"
+    stored = fill_store(store_url, args.events)
     extra = args.server_arg
     with running_server(
-        log_path, root=scratch, store_path=store_path, profile=args.profile_server, extra=extra
+        log_path, root=scratch, store_url=store_url, profile=args.profile_server, extra=extra
     ) as server:
         print(f"server pid {server.pid}\n\nstored replay of {stored.id}:", flush=True)
         replays, usage = replay_phase(server, stored, args.replay_runs)
@@ -150,6 +156,8 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
         print_joins(max(runs, key=lambda run: run.followers))
     if args.profile_server is not None:
         print_profile(args.profile_server)
+    if args.postgresql:
+        compare_stores(scratch, log_path, args.events, args.replay_runs)
 
 
 def main(argv: list[str] | None = None) -> int:

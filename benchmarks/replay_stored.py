@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
@@ -34,7 +33,8 @@ from lmsp_jupyter.protocol.items import OutputMessage, OutputText
 from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.responses import Response, Usage
 from lmsp_jupyter.service.responses import OWNER
-from lmsp_jupyter.service.store import FinalState, Store, StoredEvent, TaskRecords, now
+from lmsp_jupyter.service.store import FinalState, StoredEvent, TaskRecords, now
+from lmsp_jupyter.service.stores import open_store
 
 WORDS = (" The", " keeper", " climbed", " the", " tower", ",", " and", " the", " lamp", ".")
 DEFAULT_PROMPT = "Write a long story."
@@ -121,12 +121,13 @@ class StoredTask:
     fill_s: float
 
 
-def fill_store(path: Path, total: int) -> StoredTask:
-    """Write one finished task of ``total`` events, one ``append`` (transaction) per event."""
+def fill_store(url: str, total: int) -> StoredTask:
+    """Write one finished task of ``total`` events into the store at ``url`` (SQLite or
+    PostgreSQL, as ``LmspApp.store_url``), one ``append`` (transaction) per event."""
     task_id, response_id, message_id = new_id("task"), new_id("resp"), new_id("msg")
     events = stored_task_events(response_id, message_id, total)
     request = parse_response_request({"model": BUNDLED_MODEL_ID, "input": DEFAULT_PROMPT})
-    store = Store(path)
+    store = open_store(url)
     records = TaskRecords(store)
     start, at = time.perf_counter(), now()
     records.insert(

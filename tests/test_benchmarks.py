@@ -102,7 +102,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ],
     ),
     "hub": (
-        "--users 2 --tokens 2 --rounds 1",
+        "--users 2 --tokens 2 --rounds 1 --replay-events 0",
         [],
         [
             "2 users, one stream each",
@@ -160,6 +160,22 @@ def test_benchmark_runs_with_tiny_sizes_and_prints_its_tables(name: str, tmp_pat
     assert [header for header in headers if header.split() not in words] == []
     assert [s for s in starts if not any(line.startswith(s) for line in lines)] == []
     assert [line for line in lines if line.lstrip().startswith("FAIL")] == []
+
+
+def test_stored_replay_is_measured_on_sqlite_and_postgresql(tmp_path: Path) -> None:
+    """``replay.py --postgresql`` (which ``hub.py`` runs too): one fresh server per store,
+    every replay checked against the stored events, then the ratio of the two rates."""
+    from tests.postgres import find_bin
+
+    if isinstance(reason := find_bin(), str):
+        pytest.skip(reason)
+    arguments = ["--events", "30", "--replay-runs", "1", "--skip-live", "--postgresql"]
+    result = run([sys.executable, "-m", "benchmarks.replay", *arguments], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("stored replay: 30 events")]) == 3
+    assert [line for line in lines if line.startswith("ratio postgresql/sqlite ")] != []
+    assert [line for line in lines if "not measured" in line or "FAIL" in line] == []
 
 
 #: The llama-server side of each benchmark that has one: (tiny arguments, starts of lines).

@@ -70,15 +70,16 @@ def server_command(
     root: Path,
     *,
     app: str = "lmsp",
-    store_path: Path | None = None,
+    store_url: str | None = None,
     profile: Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """``jupyter {app}`` with a fixed port and token and no model stores but the bundled one.
 
     ``app`` is ``lmsp`` (the service alone) or ``server`` (which loads the extension too).
-    ``store_path``: the service's SQLite store (default: its own). With ``profile``, under
-    cProfile (its main thread: the event loop), the stats saved there. ``extra``: more arguments.
+    ``store_url``: the service's store, as ``LmspApp.store_url`` (default: its own SQLite
+    file). With ``profile``, under cProfile (its main thread: the event loop), the stats saved
+    there. ``extra``: more arguments.
     """
     script = Path(sys.executable).with_name(f"jupyter-{app}")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "jupyter", app]
@@ -94,8 +95,8 @@ def server_command(
         "--LmspApp.ollama_dir=",
         "--LmspApp.huggingface_cache_dir=",
     ]
-    if store_path is not None:
-        command.append(f"--LmspApp.store_path={store_path}")
+    if store_url is not None:
+        command.append(f"--LmspApp.store_url={store_url}")
     if os.geteuid() == 0:
         command.append("--allow-root")
     return [*command, *extra]
@@ -107,7 +108,7 @@ def running_server(
     *,
     app: str = "lmsp",
     root: Path | None = None,
-    store_path: Path | None = None,
+    store_url: str | None = None,
     profile: Path | None = None,
     extra: Sequence[str] = (),
 ) -> Iterator[Server]:
@@ -121,7 +122,7 @@ def running_server(
         if root is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         command = server_command(
-            port, token, root, app=app, store_path=store_path, profile=profile, extra=extra
+            port, token, root, app=app, store_url=store_url, profile=profile, extra=extra
         )
         server = Server(f"http://127.0.0.1:{port}", token, 0)
         pid = stack.enter_context(
