@@ -162,13 +162,10 @@ def test_benchmark_runs_with_tiny_sizes_and_prints_its_tables(name: str, tmp_pat
     assert [line for line in lines if line.lstrip().startswith("FAIL")] == []
 
 
+@pytest.mark.usefixtures("postgres")  # skips, as every PostgreSQL test does, where none starts
 def test_stored_replay_is_measured_on_sqlite_and_postgresql(tmp_path: Path) -> None:
     """``replay.py --postgresql`` (which ``hub.py`` runs too): one fresh server per store,
     every replay checked against the stored events, then the ratio of the two rates."""
-    from tests.postgres import find_bin
-
-    if isinstance(reason := find_bin(), str):
-        pytest.skip(reason)
     arguments = ["--events", "30", "--replay-runs", "1", "--skip-live", "--postgresql"]
     result = run([sys.executable, "-m", "benchmarks.replay", *arguments], tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
