@@ -10,12 +10,13 @@ from traitlets import Dict, Enum, Float, Instance, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from lmsp_jupyter.engine import generation
+from lmsp_jupyter.engine.backend import ModelsHeldElsewhere
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.fim import raw_prompt_tokens
 from lmsp_jupyter.engine.local.engine import EngineSettings
 
 
-class ScriptedEngine(LoggingConfigurable):
+class ScriptedEngine(ModelsHeldElsewhere, LoggingConfigurable):
     """Plays ``deltas`` (with ``delay`` seconds before each), then fails or finishes.
 
     A server configured with ``LmspApp.engine_class`` set to this class serves its local models
@@ -70,21 +71,9 @@ class ScriptedEngine(LoggingConfigurable):
     def parallel(self, entry: ModelEntry) -> int:
         return self.slots
 
-    def inexact(self, entry: ModelEntry) -> str | None:
-        return None
-
-    def is_loaded(self, model_id: str) -> bool:
-        return False
-
-    def footprint(self, entry: ModelEntry) -> int:
-        return 0
-
     async def load(self, entry: ModelEntry) -> None:
         if self.load_error is not None:
             raise self.load_error
-
-    async def unload(self, model_id: str) -> None:
-        pass
 
     def thinks(self, entry: ModelEntry) -> bool:
         return False

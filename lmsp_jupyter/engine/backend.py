@@ -106,3 +106,27 @@ class GenerationBackend(Protocol):
     def close(self) -> None:
         """Stop generating and free what the backend holds."""
         ...
+
+
+class ModelsHeldElsewhere:
+    """The part of :class:`GenerationBackend` a backend whose models another process holds (a
+    remote server) answers alike: nothing is loaded, freed or kept in this process's memory,
+    and how that process batches and caches is its own business."""
+
+    def inexact(self, entry: ModelEntry) -> str | None:
+        """Nothing to say: the other process batches as it will."""
+        return None
+
+    def is_loaded(self, model_id: str) -> bool:
+        """Never: the other process owns its memory; its models are ``available``."""
+        return False
+
+    def footprint(self, entry: ModelEntry) -> int:
+        """None of this process's memory."""
+        return 0
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Nothing to load here: the other process loads its models itself."""
+
+    async def unload(self, model_id: str) -> None:
+        """Nothing to free here."""

@@ -22,22 +22,15 @@ from .items import (
 from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
 from .models import EXTENSION_KEY
 from .requests import (
-    SAMPLING_FIELDS,
     FunctionTool,
     JsonObjectFormat,
     JsonSchemaFormat,
     Metadata,
-    MinP,
     NamedToolChoice,
-    Penalty,
     ResponseRequest,
-    Seed,
-    Stop,
-    Temperature,
+    SamplingFields,
     TextFormat,
     TextJsonSchemaFormat,
-    TopK,
-    TopP,
     as_response_format,
 )
 
@@ -199,7 +192,7 @@ class StreamOptions(_Strict):
     include_obfuscation: bool | None = Field(default=None, description="Ignored.")
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(_Strict, SamplingFields):
     """``POST /lmsp/v1/chat/completions``."""
 
     model: str = Field(min_length=1, max_length=512)
@@ -208,20 +201,12 @@ class ChatCompletionRequest(_Strict):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    top_k: TopK | None = None
-    min_p: MinP | None = None
-    seed: Seed | None = None
-    stop: Stop | None = None
     n: int | None = Field(default=None, description="Only 1.")
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["auto", "none", "required"] | ChatNamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ChatResponseFormat | None = None
     metadata: Metadata | None = None
-    frequency_penalty: Penalty | None = None
-    presence_penalty: Penalty | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
     prediction: Prediction | None = Field(
@@ -248,7 +233,7 @@ def as_response_request(chat: ChatCompletionRequest) -> ResponseRequest:
         model=chat.model,
         input=_input_items(chat.messages),
         max_output_tokens=chat.max_completion_tokens or chat.max_tokens,
-        **chat.model_dump(include=SAMPLING_FIELDS),
+        **chat.sampling(),
         response_format=_response_format(chat.response_format),
         tools=[
             FunctionTool(

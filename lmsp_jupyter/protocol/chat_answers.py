@@ -10,17 +10,14 @@ from pydantic import BaseModel
 
 from .chat import ChatFunctionCall, ChatToolCall
 from .events import (
+    EndedWithError,
+    EndedWithResponse,
     EventData,
     FunctionCallArgumentsDelta,
     OutputItemAdded,
     OutputTextDelta,
     ReasoningSummaryTextDelta,
-    ResponseCancelled,
-    ResponseCompleted,
     ResponseEvent,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamError,
 )
 from .items import OutputFunctionCall, OutputMessage, OutputReasoning
 from .logprobs import Logprob
@@ -271,12 +268,12 @@ def closing_frames(
     """The frames an OpenAI-style stream ends with at ``data``: the ``last`` chunk (given the
     final status), the usage alone if asked for, and ``[DONE]``; an error and ``[DONE]`` for a
     failure; none for an event that does not end it."""
-    if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
+    if isinstance(data, EndedWithResponse):
         frames: list[Frame | ChatStreamError | ChatStreamDone] = [last(data.status)]
         usage = getattr(data, "usage", None)
         if include_usage and usage is not None:
             frames.append(usage_only(usage))
         return [*frames, ChatStreamDone()]
-    if isinstance(data, ResponseFailed | StreamError):
+    if isinstance(data, EndedWithError):
         return [ChatStreamError(error=data.error.model_dump(exclude_none=True)), ChatStreamDone()]
     return []

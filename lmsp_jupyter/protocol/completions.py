@@ -22,15 +22,8 @@ from .events import (
 from .items import MAX_TEXT_CHARS, InputMessage, OutputMessage
 from .logprobs import LOGPROBS_INCLUDE, Logprob
 from .requests import (
-    SAMPLING_FIELDS,
-    MinP,
-    Penalty,
     ResponseRequest,
-    Seed,
-    Stop,
-    Temperature,
-    TopK,
-    TopP,
+    SamplingFields,
 )
 from .responses import Response, Usage
 
@@ -42,7 +35,7 @@ MAX_LOGPROBS = 5
 PromptText = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(SamplingFields):
     """``POST /lmsp/v1/completions``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -59,12 +52,6 @@ class CompletionRequest(BaseModel):
     max_tokens: int | None = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    top_k: TopK | None = None
-    min_p: MinP | None = None
-    seed: Seed | None = None
-    stop: Stop | None = None
     n: int | None = Field(default=None, description="Only 1.")
     best_of: int | None = Field(default=None, description="Only 1.")
     echo: bool | None = Field(default=None, description="Only `false`.")
@@ -74,8 +61,6 @@ class CompletionRequest(BaseModel):
         le=MAX_LOGPROBS,
         description="The logprob of each output token, with this many most likely alternatives.",
     )
-    frequency_penalty: Penalty | None = None
-    presence_penalty: Penalty | None = None
     # Accepted and ignored.
     prediction: Prediction | None = Field(
         default=None,
@@ -107,7 +92,7 @@ def as_response_request(completion: CompletionRequest) -> ResponseRequest:
         include=None if completion.logprobs is None else [LOGPROBS_INCLUDE],
         top_logprobs=completion.logprobs,
         extensions=prediction_extensions(completion.prediction),
-        **completion.model_dump(include=SAMPLING_FIELDS),
+        **completion.sampling(),
     )
 
 

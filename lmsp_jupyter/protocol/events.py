@@ -211,6 +211,11 @@ EventData = (
     | StreamError
 )
 
+#: The final events that carry the response as it ended (completed, incomplete or cancelled).
+EndedWithResponse = ResponseCompleted | ResponseIncomplete | ResponseCancelled
+#: The final events that carry a problem instead (the response failed, or the stream did).
+EndedWithError = ResponseFailed | StreamError
+
 #: Event name of each event data type.
 EVENT_NAMES: dict[type[BaseModel], str] = {
     ResponseCreated: "response.created",

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .chat import (
     AssistantMessage,
@@ -34,7 +34,7 @@ from .embeddings import MAX_INPUTS, EmbeddingText
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS
 from .models import EXTENSION_KEY
-from .requests import JsonObjectFormat, MinP, ResponseRequest, Seed, Temperature, TopK, TopP
+from .requests import JsonObjectFormat, ResponseRequest, SamplingFields
 
 #: The Ollama version ``/api/version`` reports: the API this module follows (VS Code's
 #: Ollama provider asks for at least 0.6.4).
@@ -58,19 +58,14 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class OllamaOptions(_Lenient):
+class OllamaOptions(_Lenient, SamplingFields):
     """``options``: the sampling settings served (others, load-time ones among them, ignored)."""
 
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    top_k: TopK | None = None
-    min_p: MinP | None = None
-    seed: Seed | None = None
-    num_predict: int | None = Field(
-        default=None, description="Tokens to generate at most; -1 or -2: up to the window."
-    )
     stop: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         default=None, max_length=4
+    )
+    num_predict: int | None = Field(
+        default=None, description="Tokens to generate at most; -1 or -2: up to the window."
     )
     num_ctx: int | None = Field(
         default=None,
@@ -78,6 +73,11 @@ class OllamaOptions(_Lenient):
         description="Accepted and not applied: a model's window is set when it loads, for all "
         "its requests (LocalEngine.context_size); a prompt is never cut to num_ctx.",
     )
+
+    @field_validator("stop")
+    @classmethod
+    def _no_stop_is_none(cls, value: list[str] | None) -> list[str] | None:
+        return value or None
 
 
 class OllamaFunctionCall(_Lenient):
@@ -277,12 +277,7 @@ def _as_response(
         model=request.model,
         messages=messages,
         max_tokens=num_predict if num_predict is not None and num_predict > 0 else None,
-        temperature=options.temperature,
-        top_p=options.top_p,
-        top_k=options.top_k,
-        min_p=options.min_p,
-        seed=options.seed,
-        stop=options.stop or None,
+        **options.sampling(),
         tools=[ChatTool(type="function", function=tool.function) for tool in tools or []] or None,
         response_format=_response_format(request.format),
     )

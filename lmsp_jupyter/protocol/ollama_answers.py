@@ -12,16 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from .events import (
+    EndedWithError,
+    EndedWithResponse,
     EventData,
     OutputItemDone,
     OutputTextDelta,
     ReasoningSummaryTextDelta,
-    ResponseCancelled,
-    ResponseCompleted,
     ResponseEvent,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamError,
 )
 from .items import OutputFunctionCall, OutputMessage, OutputReasoning
 from .responses import Response
@@ -273,9 +270,9 @@ class OllamaTranslator:
             self.stopwatch.token()
             call = self._call(data.item)
             return [self.chunk(calls=[call])] if self.kind == "chat" else []
-        if isinstance(data, ResponseCompleted | ResponseIncomplete | ResponseCancelled):
+        if isinstance(data, EndedWithResponse):
             return [self.last(data.response)]
-        if isinstance(data, ResponseFailed | StreamError):
+        if isinstance(data, EndedWithError):
             return [OllamaError(error=data.error.detail or data.error.title)]
         return []
 

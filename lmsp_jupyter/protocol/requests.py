@@ -137,26 +137,33 @@ MinP = Annotated[float, Field(ge=0, le=1)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
 #: ``frequency_penalty`` and ``presence_penalty`` (OpenAI's range).
 Penalty = Annotated[float, Field(ge=-2, le=2)]
-#: The sampling fields, named alike in the Responses and Chat Completions requests.
-SAMPLING_FIELDS = {
-    *("temperature", "top_p", "top_k", "min_p", "seed", "stop"),
-    *("frequency_penalty", "presence_penalty"),
-}
 
 
-class ResponseRequest(_Strict):
-    """``POST /lmsp/v1/responses``: what to generate and how."""
+class SamplingFields(BaseModel):
+    """The sampling fields, named and bounded alike in the Responses, Chat Completions and
+    Completions requests (11.1, 11.3, 11.5)."""
 
-    model: str = Field(min_length=1, max_length=512)
-    input: list[InputItem] = Field(min_length=1, max_length=MAX_ITEMS)
-    stream: bool = False
-    max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: Temperature | None = None
     top_p: TopP | None = None
     top_k: TopK | None = None
     min_p: MinP | None = None
     seed: Seed | None = None
     stop: Stop | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """These fields as given, as keyword arguments of a :class:`ResponseRequest`."""
+        return {name: getattr(self, name) for name in SamplingFields.model_fields}
+
+
+class ResponseRequest(_Strict, SamplingFields):
+    """``POST /lmsp/v1/responses``: what to generate and how."""
+
+    model: str = Field(min_length=1, max_length=512)
+    input: list[InputItem] = Field(min_length=1, max_length=MAX_ITEMS)
+    stream: bool = False
+    max_output_tokens: int | None = Field(default=None, ge=1)
     response_format: ResponseFormat | None = None
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
@@ -169,8 +176,6 @@ class ResponseRequest(_Strict):
     text: TextOptions | None = None
     parallel_tool_calls: bool | None = None
     background: bool = False
-    frequency_penalty: Penalty | None = None
-    presence_penalty: Penalty | None = None
     #: Alternatives per token when ``include`` asks for logprobs (11.1).
     top_logprobs: TopLogprobs | None = None
     # Accepted and ignored (11.1), but for ``include``'s logprobs.

@@ -60,18 +60,18 @@ def entries(tmp_path: Path) -> tuple[ModelEntry, ModelEntry]:
     return catalog.get("bge"), catalog.get("tiny")
 
 
-def managed(recorder: Recorder, **traits: float) -> tuple[ModelManager, Embedders, ScriptedEngine]:
+def managed(**traits: float) -> tuple[ModelManager, Embedders, Recorder]:
+    """A manager of ``traits`` over a scripted engine, its embedders and what they loaded."""
+    recorder = Recorder()
     embedders = Embedders(recorder, threads=1, pooling={"tiny": "mean"})
-    engine = ScriptedEngine()
-    return ModelManager(engine, embedders=embedders, **traits), embedders, engine
+    return ModelManager(ScriptedEngine(), embedders=embedders, **traits), embedders, recorder
 
 
 async def test_an_embedding_model_is_loaded_through_the_manager_and_listed(
     entries: tuple[ModelEntry, ModelEntry],
 ) -> None:
     bge, _ = entries
-    recorder = Recorder()
-    manager, embedders, _ = managed(recorder, keep_alive_seconds=-1)
+    manager, embedders, recorder = managed(keep_alive_seconds=-1)
     with pytest.raises(Exception, match="not loaded to embed"):
         await embedders.embed(bge, ["a"])  # nothing loads behind the manager's back
     async with manager.use(bge, role="embedding"):
@@ -102,8 +102,7 @@ async def test_a_generative_model_embeds_in_its_own_role_with_its_pooling(
     entries: tuple[ModelEntry, ModelEntry],
 ) -> None:
     _, tiny = entries
-    recorder = Recorder()
-    manager, embedders, _ = managed(recorder, keep_alive_seconds=-1)
+    manager, embedders, recorder = managed(keep_alive_seconds=-1)
     await manager.load(tiny)
     generating = manager.state("tiny")
     await manager.load(tiny, role="embedding")
@@ -119,12 +118,9 @@ async def test_idle_models_make_room_for_an_embedding_model_but_one_in_use_does_
     entries: tuple[ModelEntry, ModelEntry],
 ) -> None:
     bge, tiny = entries
-    recorder = Recorder()
-    embedders = Embedders(recorder, threads=1)
-    room_for_one = max(embedders.footprint(bge), embedders.footprint(tiny))
-    manager, embedders, _ = managed(
-        recorder, keep_alive_seconds=-1, memory_budget_bytes=room_for_one
-    )
+    sizes = Embedders(Recorder(), threads=1)
+    room_for_one = max(sizes.footprint(bge), sizes.footprint(tiny))
+    manager, _, recorder = managed(keep_alive_seconds=-1, memory_budget_bytes=room_for_one)
     await manager.load(tiny, role="embedding")
     await manager.load(bge, role="embedding")  # tiny is idle: unloaded for bge
     assert manager.state("tiny") is None and recorder.closed == [tiny.path()]
@@ -140,8 +136,7 @@ async def test_an_idle_embedding_model_is_unloaded_after_its_keep_alive(
     entries: tuple[ModelEntry, ModelEntry],
 ) -> None:
     bge, _ = entries
-    recorder = Recorder()
-    manager, embedders, _ = managed(recorder, keep_alive_seconds=-1)
+    manager, embedders, recorder = managed(keep_alive_seconds=-1)
     await manager.load(bge, keep_alive=0, role="embedding")
 
     async def unloaded() -> bool:

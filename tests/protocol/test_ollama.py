@@ -64,6 +64,7 @@ def test_options_keep_alive_and_format_become_the_response_request() -> None:
                 "stop": ["\n"],
                 "num_ctx": 4096,
                 "repeat_penalty": 1.1,
+                "presence_penalty": 0.5,
             },
             keep_alive="10m",
             format=schema,
@@ -71,9 +72,14 @@ def test_options_keep_alive_and_format_become_the_response_request() -> None:
     )
     assert (request.temperature, request.top_k, request.seed) == (0.2, 5, 7)
     assert (request.max_output_tokens, request.stop) == (9, ["\n"])
+    assert (request.presence_penalty, request.frequency_penalty) == (0.5, None)
     assert request.extensions == {EXTENSION_KEY: {"keep_alive_seconds": 600.0}}
     assert isinstance(request.response_format, JsonSchemaFormat)
     assert request.response_format.json_schema.schema_ == schema
+
+
+def test_an_empty_stop_list_stops_nowhere() -> None:
+    assert chat_request(chat(options={"stop": []})).stop is None
 
 
 @pytest.mark.parametrize("num_predict", [-1, -2])

@@ -24,14 +24,7 @@ import pytest
 from lmsp_jupyter.service.stores import open_store
 from tests.conftest import LiveServer, Stores, start_server, stop_server
 from tests.helpers import eventually
-from tests.server.helpers import (
-    ask,
-    assert_problem,
-    claimed_keys,
-    events,
-    start,
-    wait_for_events,
-)
+from tests.server.helpers import ask, assert_problem, claimed_keys, events, start, wait_for_events
 
 #: Longer than anything the tests do while a live server must keep its tasks; renewed often.
 LEASE = {"lease_seconds": 8.0, "lease_renew_seconds": 0.5}

@@ -25,17 +25,17 @@ from tests.conftest import Stores
 
 #: The process that runs the tasks of these tests.
 HOLDER = "h"
-#: A task of no request in particular.
-TASK: dict[str, Any] = {
-    "task_id": "task_1",
-    "owner": "o",
-    "holder": HOLDER,
-    "model": "m",
-    "response_id": "resp_1",
-    "request": "{}",
-    "metadata": {},
-    "at": 1,
-}
+#: A task of no request in particular: the keyword arguments of ``TaskRecords.insert``.
+TASK: dict[str, Any] = dict(
+    task_id="task_1",
+    owner="o",
+    holder=HOLDER,
+    model="m",
+    response_id="resp_1",
+    request="{}",
+    metadata={},
+    at=1,
+)
 
 
 def test_a_new_store_is_at_the_latest_schema_version_in_wal_mode(tmp_path: Path) -> None:

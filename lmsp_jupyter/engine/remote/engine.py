@@ -20,7 +20,7 @@ import httpx
 
 from ...protocol.errors import LmspError
 from ...protocol.models import ModelCapability
-from ..backend import Messages, OutputSchema, Tools
+from ..backend import Messages, ModelsHeldElsewhere, OutputSchema, Tools
 from ..catalog import DEFAULT_CONTEXT_LENGTH, ModelEntry
 from ..generation import (
     CancelToken,
@@ -53,7 +53,7 @@ class _RemoteModel:
     context_length: int
 
 
-class RemoteEngine:
+class RemoteEngine(ModelsHeldElsewhere):
     """The models of one OpenAI-compatible server, generated through its Chat Completions API.
 
     Implements the engine interface for the entries it lists (ids ``<server name>/<model>``).
@@ -379,26 +379,6 @@ class RemoteEngine:
         log.info("remote server %r takes schemas as json_object", self.server.name)
         self._format = "json_object"
         return True
-
-    # --- what the server does for itself -------------------------------------------------------
-
-    def inexact(self, entry: ModelEntry) -> str | None:
-        """Nothing to say: how the server batches is its own business."""
-        return None
-
-    def is_loaded(self, model_id: str) -> bool:
-        """Never: the server owns its memory; its models are ``available`` while it answers."""
-        return False
-
-    def footprint(self, entry: ModelEntry) -> int:
-        """None of this process's memory: the server holds the model."""
-        return 0
-
-    async def load(self, entry: ModelEntry) -> None:
-        """Nothing to load here: the server loads its models itself."""
-
-    async def unload(self, model_id: str) -> None:
-        """Nothing to free here."""
 
     # --- the connection ------------------------------------------------------------------------
 
