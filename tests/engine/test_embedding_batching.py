@@ -18,7 +18,7 @@ from lmsp_jupyter.engine.embedding import (
     Embedders,
     InputTooLong,
 )
-from lmsp_jupyter.engine.local.llama import LlamaEmbedder
+from lmsp_jupyter.engine.local.llama import EMBEDDING_PASS_TOKENS, LlamaEmbedder
 from tests.helpers import same_text
 
 SHORT = ["The cat sat on the mat.", "Stock prices fell sharply today.", "A kitten rests."]
@@ -117,3 +117,25 @@ async def test_a_refused_or_abandoned_request_leaves_the_others_their_vectors(
     assert (await cut)[1] == EMBEDDING_WINDOW
     assert left.cancelled()
     assert calls[-1] == 2  # the refused and the abandoned requests read nothing
+
+
+def test_the_texts_of_a_call_are_read_in_passes_of_bounded_size(entry: ModelEntry) -> None:
+    """Short texts share a pass up to EMBEDDING_PASS_TOKENS tokens (cheaper a token than one
+    long pass); a text over that takes a pass alone; the texts keep their order."""
+    embedder = LlamaEmbedder(entry.path(), "mean", EMBEDDING_WINDOW, 2)
+    try:
+        long_text = " ".join(["word"] * (EMBEDDING_PASS_TOKENS + 40))
+        texts = [*SHORT * 20, long_text, *SHORT]
+        passes = list(embedder._passes(texts, truncate=False))
+        assert [text for texts_of_pass in passes for text in texts_of_pass] == texts
+        assert [long_text] in passes and len(passes) > 2
+        for texts_of_pass in passes:
+            tokens = sum(embedder.count(text) for text in texts_of_pass)
+            assert tokens <= EMBEDDING_PASS_TOKENS or len(texts_of_pass) == 1
+        vectors, tokens = embedder.embed(texts)
+        assert tokens == sum(embedder.count(text) for text in texts)
+        alone = [embedder.embed([text])[0][0] for text in [*SHORT, long_text]]
+        assert all(same_text(a, b) for a, b in zip(vectors[:3], alone, strict=False))
+        assert same_text(vectors[-4], alone[-1])
+    finally:
+        embedder.close()

@@ -407,6 +407,14 @@ POOLING_TYPES = {
 }
 
 
+#: Tokens one embedding pass reads at most, when its texts are shorter. Each token of a pass
+#: attends over all the pass's tokens (llama-cpp-python keeps the texts of a pass in one
+#: unified KV cache, masked per text), so short passes cost less a token: 32 short texts of
+#: about 40 tokens, 256 a pass, were read 1.45x as fast as 2,048 a pass; 64 chunks of about
+#: 200 tokens 1.25x (AVX-512, 2 threads, the bundled model, mean pooling).
+EMBEDDING_PASS_TOKENS = 256
+
+
 class LlamaEmbedder:
     """A model loaded to embed text, with its GGUF's pooling or the one named for it: each
     text's pooled, L2-normalized vector, many texts decoded together in one batch by llama.cpp
@@ -433,11 +441,33 @@ class LlamaEmbedder:
 
     def embed(self, texts: Sequence[str], truncate: bool = False) -> tuple[list[list[float]], int]:
         """The vectors of ``texts`` and how many tokens they took; ``truncate``: each text cut
-        to the window first."""
-        vectors, tokens = self._llama.embed(
-            list(texts), normalize=True, truncate=truncate, return_count=True
-        )
+        to the window first. Consecutive texts share a pass up to :data:`EMBEDDING_PASS_TOKENS`
+        tokens (a longer text takes one alone)."""
+        vectors: list[list[float]] = []
+        tokens = 0
+        for texts_of_pass in self._passes(texts, truncate):
+            of_pass, counted = self._llama.embed(
+                texts_of_pass, normalize=True, truncate=truncate, return_count=True
+            )
+            vectors.extend(of_pass)
+            tokens += counted
         return vectors, tokens
+
+    def _passes(self, texts: Sequence[str], truncate: bool) -> Iterator[list[str]]:
+        """``texts`` in order, grouped into the passes that read them."""
+        group: list[str] = []
+        group_tokens = 0
+        for text in texts:
+            count = self.count(text)
+            if truncate:
+                count = min(count, self._llama.n_batch)
+            if group and group_tokens + count > EMBEDDING_PASS_TOKENS:
+                yield group
+                group, group_tokens = [], 0
+            group.append(text)
+            group_tokens += count
+        if group:
+            yield group
 
     def close(self) -> None:
         """Free the model."""
