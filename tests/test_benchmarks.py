@@ -77,6 +77,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["kind count 2xx 4xx 5xx other ended p50 ms p99 ms max ms"],
         ["10 connections in ", "p99 first-event latency, ", "server peak RSS: "],
     ),
+    "embedding_passes": (
+        "--sizes 64,32 --rounds 1 --texts 2 --chunks 2 --chunk-tokens 20 --repeats 1",
+        ["pass tokens texts/s chunks/s texts ratio chunks ratio min cosine vs alone"],
+        ["bundled model, mean pooling, ", "         64 ", "         32 "],
+    ),
     "pass_sizes": (
         "--tokens 16 --rounds 1",
         [],

@@ -409,9 +409,8 @@ POOLING_TYPES = {
 
 #: Tokens one embedding pass reads at most, when its texts are shorter. Each token of a pass
 #: attends over all the pass's tokens (llama-cpp-python keeps the texts of a pass in one
-#: unified KV cache, masked per text), so short passes cost less a token: 32 short texts of
-#: about 40 tokens, 256 a pass, were read 1.45x as fast as 2,048 a pass; 64 chunks of about
-#: 200 tokens 1.25x (AVX-512, 2 threads, the bundled model, mean pooling).
+#: unified KV cache, masked per text), so short passes cost less a token
+#: (``benchmarks/embedding_passes.py``).
 EMBEDDING_PASS_TOKENS = 256
 
 
@@ -421,7 +420,16 @@ class LlamaEmbedder:
     (whose last bits then depend on the other texts of the batch, as llama-server's and
     Ollama's do). Each text must fit ``window`` tokens."""
 
-    def __init__(self, path: Path, pooling: str | None, window: int, threads: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        pooling: str | None,
+        window: int,
+        threads: int,
+        *,
+        pass_tokens: int = EMBEDDING_PASS_TOKENS,
+    ) -> None:
+        self.pass_tokens = pass_tokens
         with no_weight_repacking():
             self._llama = llama_cpp.Llama(
                 str(path),
@@ -441,8 +449,8 @@ class LlamaEmbedder:
 
     def embed(self, texts: Sequence[str], truncate: bool = False) -> tuple[list[list[float]], int]:
         """The vectors of ``texts`` and how many tokens they took; ``truncate``: each text cut
-        to the window first. Consecutive texts share a pass up to :data:`EMBEDDING_PASS_TOKENS`
-        tokens (a longer text takes one alone)."""
+        to the window first. Consecutive texts share a pass up to ``pass_tokens`` tokens (a
+        longer text takes one alone)."""
         vectors: list[list[float]] = []
         tokens = 0
         for texts_of_pass in self._passes(texts, truncate):
@@ -461,7 +469,7 @@ class LlamaEmbedder:
             count = self.count(text)
             if truncate:
                 count = min(count, self._llama.n_batch)
-            if group and group_tokens + count > EMBEDDING_PASS_TOKENS:
+            if group and group_tokens + count > self.pass_tokens:
                 yield group
                 group, group_tokens = [], 0
             group.append(text)
