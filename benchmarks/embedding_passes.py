@@ -82,20 +82,15 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
         )
 
 
-def command_line() -> argparse.ArgumentParser:
-    """The command line."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 whatever it measures, 1 only if it could not measure."""
     parser = benchmark_parser(__doc__, rounds=3)
     parser.add_argument("--sizes", default=f"{EMBEDDING_WINDOW},{EMBEDDING_PASS_TOKENS},128")
     parser.add_argument("--texts", type=int, default=32, help="texts per call")
     parser.add_argument("--chunks", type=int, default=64, help="chunks of the corpus")
     parser.add_argument("--chunk-tokens", type=int, default=200, help="tokens of a chunk, about")
     parser.add_argument("--repeats", type=int, default=2, help="times each size is measured")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark."""
-    return benchmark_main(command_line(), benchmark, argv)
+    return benchmark_main(parser, benchmark, argv)
 
 
 if __name__ == "__main__":
