@@ -135,7 +135,7 @@ def test_the_texts_of_a_call_are_read_in_passes_of_bounded_size(entry: ModelEntr
         vectors, tokens = embedder.embed(texts)
         assert tokens == sum(embedder.count(text) for text in texts)
         alone = [embedder.embed([text])[0][0] for text in [*SHORT, long_text]]
-        assert all(same_text(a, b) for a, b in zip(vectors[:3], alone, strict=False))
+        assert all(same_text(a, b) for a, b in zip(vectors[:3], alone[:3], strict=True))
         assert same_text(vectors[-4], alone[-1])
     finally:
         embedder.close()
