@@ -126,12 +126,13 @@ def test_the_texts_of_a_call_are_read_in_passes_of_bounded_size(entry: ModelEntr
     try:
         long_text = " ".join(["word"] * (EMBEDDING_PASS_TOKENS + 40))
         texts = [*SHORT * 20, long_text, *SHORT]
-        passes = list(embedder._passes(texts, truncate=False))
-        assert [text for texts_of_pass in passes for text in texts_of_pass] == texts
-        assert [long_text] in passes and len(passes) > 2
-        for texts_of_pass in passes:
-            tokens = sum(embedder.count(text) for text in texts_of_pass)
-            assert tokens <= EMBEDDING_PASS_TOKENS or len(texts_of_pass) == 1
+        tokenized = [embedder.tokens(text) for text in texts]
+        passes = list(embedder._passes(tokenized))
+        assert [tokens for of_pass in passes for tokens in of_pass] == tokenized
+        assert [tokenized[-4]] in passes and len(passes) > 2
+        for of_pass in passes:
+            tokens = sum(len(of_text) for of_text in of_pass)
+            assert tokens <= EMBEDDING_PASS_TOKENS or len(of_pass) == 1
         vectors, tokens = embedder.embed(texts)
         assert tokens == sum(embedder.count(text) for text in texts)
         alone = [embedder.embed([text])[0][0] for text in [*SHORT, long_text]]
