@@ -117,7 +117,7 @@ def _c_integer(text: str) -> int:
 
 def unrepacked_model_params() -> Any:
     """llama.cpp's model parameters for every model loaded in this process, the engine's own
-    (``LlamaModel``) and llama-cpp-python's ``Llama`` alike (``no_weight_repacking``): weights
+    (``LlamaModel``, ``LlamaEmbedder``) and llama-cpp-python's ``Llama`` alike (``no_weight_repacking``): weights
     not repacked into llama.cpp's CPU "extra buffer types". Repacked weights process rows in
     groups, which ties a token's result to its neighbours in the batch, and on CPUs with AMX
     the repacked matrix product crashes llama.cpp's decode."""
@@ -130,9 +130,9 @@ def unrepacked_model_params() -> Any:
 def no_weight_repacking() -> Iterator[None]:
     """Models that llama-cpp-python's ``Llama`` loads meanwhile get ``unrepacked_model_params``
     (``Llama`` has no switch for it, so its default model parameters are swapped while it
-    loads), llama.cpp readied as for the engine (``prepare_llama_cpp``). The engine's
-    ``LlamaEmbedder`` loads this way; so does whatever loads the bundled model in-process to be
-    compared with the engine (the benchmarks' raw side, their ``llama_cpp.server`` launcher)."""
+    loads), llama.cpp readied as for the engine (``prepare_llama_cpp``). Whatever loads the
+    bundled model in-process to be compared with the engine loads this way (the benchmarks' raw
+    side, their ``llama_cpp.server`` launcher, the tests' reference embedder)."""
     prepare_llama_cpp()
     with _PARAMS_LOCK:
         llama_cpp.llama_cpp.llama_model_default_params = unrepacked_model_params
