@@ -82,6 +82,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["pass tokens texts/s chunks/s texts ratio chunks ratio min cosine vs alone"],
         ["bundled model, mean pooling, ", "         64 ", "         32 "],
     ),
+    "idle_models": (
+        "--tokens 4 --rounds 1",
+        ["model A tok/s ratio to alone"],
+        ["bundled model twice, ", "alone ", "beside B, kept ", "beside B, released "],
+    ),
     "pass_sizes": (
         "--tokens 16 --rounds 1",
         [],

@@ -17,7 +17,7 @@ import llama_cpp
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.engine.local.engine import LocalEngine
-from lmsp_jupyter.engine.local.llama import no_weight_repacking
+from lmsp_jupyter.engine.local.llama import no_weight_repacking, release_compute_threads
 
 from .figures import Sample
 
@@ -82,6 +82,7 @@ class RawRunner:
         for count, chunk in enumerate(stream):  # each chunk but the closing one is a token
             now = time.perf_counter() - start
             if chunk["choices"][0]["finish_reason"] is not None:
+                release_compute_threads()  # as the service's models do when idle
                 return Sample(count, first, last, now, text="".join(pieces))
             first = first or now
             last = now

@@ -32,7 +32,7 @@ from ..generation import (
     TextDelta,
     TokenLogprob,
 )
-from .llama import BatchToken, LlamaModel, TokenSampler
+from .llama import BatchToken, LlamaModel, TokenSampler, release_compute_threads
 from .passes import decode_pass, lone_token_needs_pad, pass_size
 from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText
@@ -155,7 +155,12 @@ class ModelWorker:
 
     def _run(self) -> None:
         try:
-            while self._take(block=not (self._running or self._waiting)):
+            while True:
+                idle = not (self._running or self._waiting)
+                if idle:
+                    release_compute_threads()
+                if not self._take(block=idle):
+                    break
                 self._admit()
                 if self._running:
                     try:
