@@ -189,6 +189,20 @@ def no_weight_repacking() -> Iterator[None]:
             llama_cpp.llama_cpp.llama_model_default_params = _DEFAULT_MODEL_PARAMS
 
 
+def _tokenize(vocab: Any, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+    """``text``'s tokens in ``vocab``: with the model's BOS (``add_special``, when it takes
+    one), special tokens written in it parsed as such (``parse_special``) or as text."""
+    data = text.encode()
+    capacity = len(data) + 8
+    tokens = (llama_cpp.llama_token * capacity)()
+    count = llama_cpp.llama_tokenize(
+        vocab, data, len(data), tokens, capacity, add_special, parse_special
+    )
+    if count < 0:
+        raise EngineError("a text could not be tokenized")
+    return list(tokens[:count])
+
+
 class LlamaTokenizer:
     """A vocabulary-only llama.cpp model: tokenizes prompts without the weights in memory."""
 
@@ -219,15 +233,7 @@ class LlamaTokenizer:
 
     def tokenize(self, text: str) -> list[int]:
         """Tokens of a rendered prompt; special tokens in it are parsed as such."""
-        data = text.encode()
-        capacity = len(data) + 8
-        tokens = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(
-            self._vocab, data, len(data), tokens, capacity, False, True
-        )
-        if count < 0:
-            raise EngineError("the prompt could not be tokenized")
-        return list(tokens[:count])
+        return _tokenize(self._vocab, text, add_special=False, parse_special=True)
 
     @property
     def schemas(self) -> SchemaCompiler:
@@ -257,6 +263,18 @@ class BatchToken:
     position: int
     sequence: int
     logits: bool
+
+
+def _filled(batch: Any, tokens: Sequence[BatchToken]) -> Any:
+    """llama.cpp's ``batch`` holding ``tokens``, each of one sequence."""
+    batch.n_tokens = len(tokens)
+    for i, item in enumerate(tokens):
+        batch.token[i] = item.token
+        batch.pos[i] = item.position
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = item.sequence
+        batch.logits[i] = item.logits
+    return batch
 
 
 class LlamaModel:
@@ -302,15 +320,7 @@ class LlamaModel:
 
         The logits of a token that asked for them are then at its index in ``tokens``.
         """
-        batch = self._batch
-        batch.n_tokens = len(tokens)
-        for i, item in enumerate(tokens):
-            batch.token[i] = item.token
-            batch.pos[i] = item.position
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = item.sequence
-            batch.logits[i] = item.logits
-        status = llama_cpp.llama_decode(self._ctx, batch)
+        status = llama_cpp.llama_decode(self._ctx, _filled(self._batch, tokens))
         if status != 0:
             raise EngineError(f"llama.cpp failed to evaluate a batch (status {status})")
 
@@ -581,15 +591,7 @@ class LlamaEmbedder:
 
     def tokens(self, text: str) -> list[int]:
         """``text``'s tokens as the model embeds it (with its BOS, when it takes one)."""
-        data = text.encode()
-        capacity = len(data) + 8
-        tokens = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(
-            self._vocab, data, len(data), tokens, capacity, True, False
-        )
-        if count < 0:
-            raise EngineError("a text could not be tokenized")
-        return list(tokens[:count])
+        return _tokenize(self._vocab, text, add_special=True, parse_special=False)
 
     def count(self, text: str) -> int:
         """The tokens of ``text`` as the model embeds it."""
@@ -631,19 +633,14 @@ class LlamaEmbedder:
 
     def _decode(self, texts: Sequence[list[int]]) -> list[list[float]]:
         """One pass of ``texts``, each its own sequence from position 0: their vectors."""
-        batch = self._batch
-        index = 0
-        for sequence, tokens in enumerate(texts):
-            for position, token in enumerate(tokens):
-                batch.token[index] = token
-                batch.pos[index] = position
-                batch.n_seq_id[index] = 1
-                batch.seq_id[index][0] = sequence
-                batch.logits[index] = True
-                index += 1
-        batch.n_tokens = index
+        batch = [
+            BatchToken(token, position, sequence, True)
+            for sequence, tokens in enumerate(texts)
+            for position, token in enumerate(tokens)
+        ]
+        index = len(batch)
         llama_cpp.llama_memory_clear(self._memory, True)
-        status = llama_cpp.llama_decode(self._ctx, batch)
+        status = llama_cpp.llama_decode(self._ctx, _filled(self._batch, batch))
         if status != 0:
             raise EngineError(f"llama.cpp failed to embed a batch (status {status})")
         if self._pool is None:
