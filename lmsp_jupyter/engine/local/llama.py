@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import logging
 import os
@@ -114,6 +115,7 @@ _OPENMP_LIBRARIES = ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so")
 _OMP_PAUSE_SOFT = 1
 
 
+@functools.cache
 def _openmp_pause() -> Callable[[], int] | None:
     """``omp_pause_resource_all(omp_pause_soft)`` of the OpenMP runtime this process has
     loaded for llama.cpp, if it has one (nothing is loaded here that is not loaded already)."""
@@ -131,11 +133,6 @@ def _openmp_pause() -> Callable[[], int] | None:
     return None
 
 
-_PAUSE_LOCK = threading.Lock()
-#: ``_openmp_pause``'s answer, once looked up.
-_PAUSE: list[Callable[[], int] | None] = []
-
-
 def release_compute_threads() -> None:
     """Let the calling thread's llama.cpp compute threads go, when it has no pass to run.
 
@@ -148,10 +145,7 @@ def release_compute_threads() -> None:
     tokens/s, ``benchmarks/idle_models.py``). Called by a model's thread as it goes idle:
     the team is made again by the next pass, in well under a millisecond. Nothing happens
     without OpenMP."""
-    with _PAUSE_LOCK:
-        if not _PAUSE:
-            _PAUSE.append(_openmp_pause())
-    pause = _PAUSE[0]
+    pause = _openmp_pause()
     if pause is not None:
         pause()
 
@@ -638,7 +632,6 @@ class LlamaEmbedder:
             for sequence, tokens in enumerate(texts)
             for position, token in enumerate(tokens)
         ]
-        index = len(batch)
         llama_cpp.llama_memory_clear(self._memory, True)
         status = llama_cpp.llama_decode(self._ctx, _filled(self._batch, batch))
         if status != 0:
@@ -652,7 +645,7 @@ class LlamaEmbedder:
             ]
         else:
             states = np.ctypeslib.as_array(
-                llama_cpp.llama_get_embeddings(self._ctx), shape=(index, self._width)
+                llama_cpp.llama_get_embeddings(self._ctx), shape=(len(batch), self._width)
             )
             starts = np.cumsum([0, *(len(tokens) for tokens in texts)])
             pooled = [
