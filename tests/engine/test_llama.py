@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp
+import numpy as np
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelEntry
@@ -23,7 +25,7 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
 from tests.engine.conftest import prompt_of
 
@@ -80,6 +82,37 @@ def test_rendered_gemma_prompt_starts_with_bos_and_has_start_of_turn_as_one_toke
 def test_tokenize_adds_no_bos_of_its_own(tokenizer: LlamaTokenizer) -> None:
     assert tokenizer.tokenize("Hi") == [10979]
     assert tokenizer.tokenize("") == []
+
+
+# --- sampler -----------------------------------------------------------------------------------
+
+
+def test_greedy_sampler_picks_what_llama_cpps_greedy_sampler_picks(
+    entry: ModelEntry, tokenizer: LlamaTokenizer
+) -> None:
+    """At temperature 0 the engine takes the logits' argmax itself; llama.cpp's greedy sampler
+    must agree on every row of a real pass, and on equal maxima (the first one wins)."""
+    tokens = tokenizer.tokenize(FRANCE + " is a city of art, and its river is the Seine.")
+    model = LlamaModel(entry.path(), cells=128, sequences=1, threads=THREADS)
+    reference = llama_cpp.llama_sampler_init_greedy()
+    sampler = model.sampler(SamplingParams(max_tokens=1, temperature=0.0))
+    try:
+        model.decode([BatchToken(t, p, 0, True) for p, t in enumerate(tokens)])
+        ours = [sampler.next(row)[0] for row in range(len(tokens))]
+        theirs = [
+            llama_cpp.llama_sampler_sample(reference, model._ctx, row) for row in range(len(tokens))
+        ]
+        assert ours == theirs
+        assert len(set(ours)) > 3  # the rows do differ
+        logits = model.logits(0)
+        top = float(np.max(logits))
+        logits[[7, 2024, 9000]] = top + 1.0  # three equal maxima
+        assert sampler.next(0) == [7]
+        assert llama_cpp.llama_sampler_sample(reference, model._ctx, 0) == 7
+    finally:
+        llama_cpp.llama_sampler_free(reference)
+        sampler.close()
+        model.close()
 
 
 # --- engine ------------------------------------------------------------------------------------
