@@ -1,6 +1,8 @@
 """Serving many streams: this service against llama-server and raw llama-cpp-python.
 
-Same GGUF (the bundled model), same run, greedy decoding, the service's default settings:
+Same GGUF (the bundled model), same run, greedy decoding, the service's default settings but
+for speculation, off unless ``--speculation`` is given, as llama-server runs here without a
+``--spec-type`` (``speculation.py`` measures speculation against llama-server's n-gram modes):
 
 * streams: 1, 4 and 8 concurrent requests (distinct prompts), aggregate tokens/s and each
   stream's first-token time;
@@ -291,6 +293,8 @@ def benchmark(args: argparse.Namespace, log_path: Path, scratch: Path) -> None:
     results: dict[str, dict[str, Any]] = {}
     builds = {"service and raw": build_info()}
     extra = [f"--LocalEngine.parallel_requests={args.parallel}"] if args.parallel else []
+    extra.append(f"--LocalEngine.speculation={args.speculation}")
+    print(f"the service's speculation: {'on' if args.speculation else 'off'}")
     with running_server(log_path, extra=extra) as server:
         results["service"] = measure(Service(server), args, history)
     for number, binary in enumerate(args.llama_server):
@@ -327,6 +331,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[],
         help="a llama-server binary to compare; repeat for another build (e.g. one without "
         "AVX-512): each is one more column",
+    )
+    parser.add_argument(
+        "--speculation",
+        action="store_true",
+        help="the service's speculation on (its default), against llama-server without any",
     )
     parser.add_argument("--server-log", type=Path, help="keep the service's output here")
     return parser.parse_args(argv)

@@ -65,6 +65,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         "--tokens 4 --streams 1,2 --history 60",
         ["service"],
         [
+            "the service's speculation: off",
             "1 streams, tok/s",
             "2 streams, tok/s",
             "follow-up / cold",
@@ -91,6 +92,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         "--tokens 16 --rounds 1",
         [],
         ["bundled model, 16 tokens", "decode: 1 token beside 7 sequences ", "48 prompt tokens "],
+    ),
+    "prefill": (
+        "--tokens 64 --rounds 1 --decode 2",
+        ["way prompt s tok/s ratio decode ms"],
+        ["bundled model, a cold prompt of 64 tokens", "passes of 512, tiled on (llama-server) "],
     ),
     "speculation": (
         "--tokens 6 --rounds 1 --streams 2 --tasks 1",

@@ -279,7 +279,11 @@ class LlamaModel:
     ``close`` frees it all.
     """
 
-    def __init__(self, path: Path, *, cells: int, sequences: int, threads: int) -> None:
+    def __init__(
+        self, path: Path, *, cells: int, sequences: int, threads: int, most: int = PASS_MAX
+    ) -> None:
+        """``most``: the most tokens one pass may hold besides one of each sequence (the
+        engine's ``PASS_MAX``; more only to measure passes it does not make)."""
         prepare_llama_cpp()  # before this process's first evaluation, if it is that
         model_params = unrepacked_model_params()
         model_params.n_gpu_layers = 0
@@ -289,7 +293,7 @@ class LlamaModel:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells * sequences
         # A pass holds one sequence's chunk, or one token of every sequence.
-        params.n_batch = params.n_ubatch = max(PASS_MAX, sequences)
+        params.n_batch = params.n_ubatch = max(most, sequences)
         params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = False
@@ -303,7 +307,7 @@ class LlamaModel:
             raise ModelLoadError(f"{path.name} could not be given {sequences} contexts of {cells}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self._batch = llama_cpp.llama_batch_init(max(PASS_MAX, sequences), 0, 1)
+        self._batch = llama_cpp.llama_batch_init(max(most, sequences), 0, 1)
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
