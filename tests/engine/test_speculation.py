@@ -186,6 +186,48 @@ async def test_penalties_and_logprobs_are_the_same_with_speculation_on_or_off(
     assert sum(done.accepted_prediction_tokens for _, done, _ in on) > len(prompts)
 
 
+#: A JSON answer with free strings between the keys and brackets its schema forces.
+LIST_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "items": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["title", "items"],
+}
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+async def test_a_schema_constrained_answer_is_the_same_with_drafts_and_keeps_them(
+    entry: ModelEntry, tokenizer: LlamaTokenizer, sampling: str
+) -> None:
+    """Each verified position is drawn under the matcher as it stands after the positions
+    before it: the same JSON with speculation on or off, and drafts kept between the tokens
+    the schema forces."""
+    prompts = [prompt_of(tokenizer, text) for text in (LISTS[0], COPYING[1])]
+    base = GREEDY if sampling == "greedy" else seeded(0)
+    params = replace(base, max_tokens=40, schema=LIST_SCHEMA)
+    engine = new_engine(2)
+    try:
+        off = [
+            await generate(engine, entry, p, replace(params, speculation=False)) for p in prompts
+        ]
+        on = [await generate(engine, entry, p, params) for p in prompts]
+        # The answer as its own prediction: every free position of it is drafted.
+        predicted = [
+            await generate(engine, entry, p, replace(params, prediction=text))
+            for p, (text, _) in zip(prompts, off, strict=True)
+        ]
+    finally:
+        engine.close()
+    assert [text for text, _ in on] == [text for text, _ in off]
+    assert [text for text, _ in predicted] == [text for text, _ in off]
+    assert all(text.lstrip().startswith("{") for text, _ in off)  # the schema held
+    assert [done.output_tokens for _, done in predicted] == [done.output_tokens for _, done in off]
+    assert sum(done.accepted_prediction_tokens for _, done in predicted) > 0
+    assert all(done.accepted_draft_tokens == 0 for _, done in off)
+
+
 def test_a_context_draft_is_what_followed_the_latest_earlier_occurrence_of_the_last_tokens() -> (
     None
 ):

@@ -250,9 +250,10 @@ class ModelWorker:
         sampler = model.sampler(request.params, request.matcher)
         tokens = list(prompt)
         drafter = None
-        # Schema-constrained sequences do not draft: their matcher would have to check each
-        # drafted token in turn.
-        if self.settings.speculation and request.params.speculation and request.matcher is None:
+        # A schema-constrained sequence drafts too: each verified position is drawn under the
+        # matcher as it stands after the tokens before it, and tokens the schema forces end
+        # the verification (they are read in passes of their own).
+        if self.settings.speculation and request.params.speculation:
             drafter = Drafter(tokens, request.prediction)
         return _Sequence(
             request, sampler, limit, tokens, HeldText(request.params.stop), drafter=drafter
