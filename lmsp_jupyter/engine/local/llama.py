@@ -282,8 +282,9 @@ class LlamaModel:
     def __init__(
         self, path: Path, *, cells: int, sequences: int, threads: int, most: int = PASS_MAX
     ) -> None:
-        """``most``: the most tokens one pass may hold besides one of each sequence (the
-        engine's ``PASS_MAX``; more only to measure passes it does not make)."""
+        """``most``: the most tokens one pass may hold, or one of each sequence when there
+        are more sequences (the engine's ``PASS_MAX``; more only to measure passes it does
+        not make)."""
         prepare_llama_cpp()  # before this process's first evaluation, if it is that
         model_params = unrepacked_model_params()
         model_params.n_gpu_layers = 0
