@@ -1,22 +1,23 @@
 """Which forward-pass compositions give the same logits, and what a pass of each size costs.
 
-The engine reads prompts in passes of up to ``PASS_MAX`` tokens of a sequence and sampled tokens
-one per sequence, side by side in one pass (``engine/passes.py``), because with llama.cpp's tiled
-matrix product off its CPU kernels give the same result for a token whatever else the pass holds.
-This measures that claim on the bundled model, through the engine's own ``LlamaModel`` (the
-context the service uses: a KV stream per sequence, weights not repacked): the logits of every
-position of one ``--tokens``-token text are computed with each composition below and compared
-with the engine's own way of reading a prompt (largest difference of any logit; 0 means
-bit-identical), then each pass size is timed (milliseconds a pass, the median of ``--rounds``).
-The engine's context takes no pass of more than ``PASS_MAX`` tokens of a sequence: from 64,
-attention is tiled, which would give other logits.
+The engine computes each token in one of two regimes (``engine/passes.py``): token passes, on
+llama.cpp's reference kernels, of any composition (prompt ends, sampled tokens one per sequence
+side by side, drafts); and block passes, on its fast kernels, of at least ``BLOCK`` tokens of a
+sequence (prompt starts). This measures that each regime gives a token the same result whatever
+else its pass holds, on the bundled model, through the engine's own ``LlamaModel`` (the context
+the service uses: a KV stream per sequence, weights not repacked): the logits of every position
+of one ``--tokens``-token text are computed with each composition below and compared with the
+regime's reference way (largest difference of any logit; 0 means bit-identical), then each pass
+size is timed (milliseconds a pass, the median of ``--rounds``). It also prints how far the two
+regimes are apart: why a token's regime must not depend on the cache.
 
-Run: ``.venv/bin/python benchmarks/pass_sizes.py [--tokens 96] [--rounds 20]``.
+Run: ``.venv/bin/python benchmarks/pass_sizes.py [--tokens 320] [--rounds 20]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -32,9 +33,11 @@ if not __package__:  # run as a file: python benchmarks/pass_sizes.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, prepare_llama_cpp
-from lmsp_jupyter.engine.local.passes import PASS_MAX, SPLIT_ATTENTION_FROM, pass_size
+from lmsp_jupyter.engine.local.passes import BLOCK, PASS_MAX, pass_size
 
 SEQUENCES = 8
+#: A length that block passes of 64, of 128 and of 77, 115 and 128 each end at.
+WHOLE = 5 * BLOCK
 #: Logits of each position of the text, by position.
 Logits = dict[int, npt.NDArray[np.float32]]
 
@@ -46,10 +49,12 @@ class Probe:
         self.model = model
         self.tokens = tokens
 
-    def read(self, sizes: Callable[[int], int], pad_to: int = 0, beside: int = 0) -> Logits:
-        """The text in passes of ``sizes(left)`` tokens of sequence 0, each padded to
-        ``pad_to`` with tokens after its end (dropped after the pass) and beside ``beside``
-        other sequences given as many padding tokens."""
+    def read(
+        self, sizes: Callable[[int], int], pad_to: int = 0, beside: int = 0, block: bool = False
+    ) -> Logits:
+        """The text in passes (``block`` passes, or token passes) of ``sizes(left)`` tokens of
+        sequence 0, each padded to ``pad_to`` with tokens after its end (dropped after the
+        pass) and beside ``beside`` other sequences given as many padding tokens."""
         for sequence in range(SEQUENCES):
             self.model.forget(sequence)
         logits: Logits = {}
@@ -62,7 +67,7 @@ class Probe:
             width = len(batch)
             for other in range(1, beside + 1):
                 batch += [BatchToken(0, p, other, False) for p in range(width)]
-            self.model.decode(batch)
+            self.model.decode(batch, block)
             for row in range(size):
                 logits[start + row] = self.model.logits(row).copy()
             self.model.forget(0, end)
@@ -71,9 +76,9 @@ class Probe:
             start = end
         return logits
 
-    def pass_ms(self, size: int, sequences: int, rounds: int) -> float:
-        """Milliseconds of a pass of ``size`` tokens of each of ``sequences`` sequences after
-        the text (the median of ``rounds``)."""
+    def pass_ms(self, size: int, sequences: int, rounds: int, block: bool = False) -> float:
+        """Milliseconds of a pass (a ``block`` pass, or a token pass) of ``size`` tokens of
+        each of ``sequences`` sequences after the text (the median of ``rounds``)."""
         base = len(self.tokens)
         for sequence in range(sequences):  # each sequence's cache holds the text
             self.model.forget(sequence)
@@ -90,7 +95,7 @@ class Probe:
                 for p in range(size)
             ]
             began = time.perf_counter()
-            self.model.decode(batch)
+            self.model.decode(batch, block)
             times.append(time.perf_counter() - began)
             for sequence in range(sequences):
                 self.model.forget(sequence, base)
@@ -106,7 +111,9 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     entry = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
     rng = np.random.default_rng(1)
     tokens = [2] + [int(t) for t in rng.integers(1000, 6000, args.tokens - 1)]
-    model = LlamaModel(entry.path(), cells=args.tokens + 128, sequences=SEQUENCES, threads=2)
+    model = LlamaModel(
+        entry.path(), cells=args.tokens + 4 * BLOCK + 128, sequences=SEQUENCES, threads=2
+    )
     try:
         probe = Probe(model, tokens)
         reference = probe.read(pass_size)
@@ -120,9 +127,20 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
             ("decode: 1 token beside 1 sequence", probe.read(lambda left: 1, beside=1)),
             ("decode: 1 token beside 7 sequences", probe.read(lambda left: 1, beside=7)),
         ]
-        if len(tokens) <= SPLIT_ATTENTION_FROM:
-            compositions.append(("decode: 1 token alone", probe.read(lambda left: 1)))
-        print(f"bundled model, {len(tokens)} tokens; reference: the engine's prompt passes")
+        compositions.append(("decode: 1 token alone", probe.read(lambda left: 1)))
+        compositions.append(("token passes of 4 * BLOCK", probe.read(lambda left: min(left, 256))))
+        # Passes of 64, of 128 and of 77, 115, 128 all end at each multiple of 320 tokens.
+        whole = len(tokens) // WHOLE * WHOLE
+        blocks = probe.read(lambda left: min(left, 2 * BLOCK), block=True)
+        uneven = itertools.cycle([BLOCK + 13, WHOLE - 3 * BLOCK - 13, 2 * BLOCK])
+        block_compositions: list[tuple[str, Logits]] = [
+            (f"block passes of {BLOCK}", probe.read(lambda left: min(left, BLOCK), block=True)),
+            (
+                f"block passes of {BLOCK + 13}, {WHOLE - 3 * BLOCK - 13}, {2 * BLOCK}, ...",
+                probe.read(lambda left: min(left, next(uneven)), block=True),
+            ),
+        ]
+        print(f"bundled model, {len(tokens)} tokens; reference: token passes of {PASS_MAX}")
         print(f"{'composition':42} {'largest logit difference':>26}")
         inexact = prepare_llama_cpp()
         for name, logits in compositions:
@@ -130,6 +148,19 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
             print(f"{name:42} {difference:>26.4f}")
             if difference and inexact is None:
                 print(f"FAIL: {name} is a pass the engine makes and should give the same logits")
+        print(f"\nblock passes; reference: block passes of {2 * BLOCK} (first {whole} tokens)")
+        for name, logits in block_compositions if whole else []:
+            difference = largest_difference(
+                {p: logits[p] for p in range(whole)}, {p: blocks[p] for p in range(whole)}
+            )
+            print(f"{name:42} {difference:>26.4f}")
+            if difference and inexact is None:
+                print(f"FAIL: {name} is a pass the engine makes and should give the same logits")
+        if whole:
+            apart = largest_difference({p: blocks[p] for p in range(whole)}, reference)
+            print(f"{'block passes against token passes':42} {apart:>26.4f}")
+        else:
+            print(f"(no whole block passes to compare in {len(tokens)} tokens: {WHOLE} or more)")
         if inexact is not None:
             print(f"(the engine does not claim these are equal in this process: {inexact})")
         print(f"\n{'pass':42} {'ms a pass':>10} {'tokens/s':>9}")
@@ -140,13 +171,18 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
         for size in (8, 32, PASS_MAX):
             ms = probe.pass_ms(size, 1, args.rounds)
             print(f"{f'{size} prompt tokens':42} {ms:>10.1f} {size * 1000 / ms:>9.0f}")
+        for size in (BLOCK, 2 * BLOCK, 4 * BLOCK):
+            ms = probe.pass_ms(size, 1, args.rounds, block=True)
+            print(
+                f"{f'{size} prompt tokens, a block pass':42} {ms:>10.1f} {size * 1000 / ms:>9.0f}"
+            )
     finally:
         model.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the measurement; 0 whatever it measures, 1 only if it could not measure."""
-    return benchmark_main(benchmark_parser(__doc__, tokens=96, rounds=20), benchmark, argv)
+    return benchmark_main(benchmark_parser(__doc__, tokens=320, rounds=20), benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "prefill": (
         "--tokens 64 --rounds 1 --decode 2",
         ["way prompt s tok/s ratio decode ms"],
-        ["bundled model, a cold prompt of 64 tokens", "passes of 512, tiled on (llama-server) "],
+        ["bundled model, a cold prompt of 64 tokens", "fast passes of 512 (llama-server) "],
     ),
     "speculation": (
         "--tokens 6 --rounds 1 --streams 2 --tasks 1",

@@ -70,6 +70,10 @@ class Prompt:
     #: The text after the gap of a raw fill-in-the-middle prompt, for an engine that assembles
     #: it elsewhere (a remote server); a local one has it in ``tokens`` already.
     suffix: str | None = field(default=None, repr=False)
+    #: Where, in ``tokens``, the conversation's first answer starts (the prompt of its first
+    #: turn ends there), when the prompt continues one: a local engine reads the first turn
+    #: the way it read it then (``engine/local/passes.py``).
+    first_answer: int | None = None
 
     @property
     def length(self) -> int:

@@ -10,6 +10,7 @@ thread far faster.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -25,7 +26,15 @@ from lmsp_jupyter.engine.generation import (
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
-from lmsp_jupyter.engine.local.passes import PASS_MAX, SPLIT_ATTENTION_FROM, decode_pass, pass_size
+from lmsp_jupyter.engine.local.passes import (
+    BLOCK,
+    PASS_MAX,
+    block_end,
+    block_pass_size,
+    decode_pass,
+    pass_size,
+    reusable,
+)
 from tests.engine.conftest import prompt_of
 
 PARALLEL = 8
@@ -155,14 +164,18 @@ async def test_temperature_0_text_is_the_same_alone_in_a_full_batch_and_on_a_cac
 NOTES = " ".join(f"Note {n}: the {SUBJECTS[n % len(SUBJECTS)]} matters." for n in range(80))
 
 
+@pytest.mark.parametrize("rendered", [True, False], ids=["chat", "raw text"])
 @pytest.mark.parametrize(
     ("question", "follow_up"),
     [("Name a fruit.", "And a vegetable?"), (NOTES, "Which note is first?")],
     ids=["short", "longer than the sliding window"],
 )
 async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
-    entry: ModelEntry, tokenizer: LlamaTokenizer, question: str, follow_up: str
+    entry: ModelEntry, tokenizer: LlamaTokenizer, question: str, follow_up: str, rendered: bool
 ) -> None:
+    """A chat's follow-up says where its first answer starts (as ``render`` does): its cache
+    serves the first turn whole. A raw text that continues one reads its blocks from the
+    first turn's last whole block on (``engine/passes.py``). Either says what it says cold."""
     first = prompt_of(
         tokenizer, f"<bos><start_of_turn>user\n{question}<end_of_turn>\n<start_of_turn>model\n"
     )
@@ -174,6 +187,8 @@ async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
             f"{first.text}{answer}<end_of_turn>\n"
             f"<start_of_turn>user\n{follow_up}<end_of_turn>\n<start_of_turn>model\n",
         )
+        if rendered:
+            follow = dataclasses.replace(follow, first_answer=len(first.tokens))
         reused, reused_done = await generate(warm, entry, follow)
     finally:
         warm.close()
@@ -182,8 +197,12 @@ async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
         fresh, fresh_done = await generate(cold, entry, follow)
     finally:
         cold.close()
-    # The first turn's prompt and (as far as it was read) its answer come from the cache.
-    assert len(first.tokens) < reused_done.cached_tokens < len(first.tokens) + 12
+    # The first turn's prompt and (as far as it was read) its answer come from the cache,
+    # or, for a raw text, the first turn's blocks and what it read in token passes after.
+    if rendered or block_end(len(first.tokens)) == 0:
+        assert len(first.tokens) < reused_done.cached_tokens < len(first.tokens) + 12
+    else:
+        assert reused_done.cached_tokens == block_end(len(first.tokens)) > 0
     assert fresh_done.cached_tokens == 0
     assert reused == fresh != ""
     assert reused_done.prompt_tokens == fresh_done.prompt_tokens == len(follow.tokens)
@@ -333,21 +352,19 @@ async def test_top_k_1_is_greedy_at_any_temperature(
 
 
 @pytest.mark.parametrize(
-    ("ids", "position", "ran"),
+    ("ids", "ran"),
     [
-        ([0, 1, 2, 3], 700, range(0, 4)),
-        (list(range(8)), 700, range(0, 8)),  # one pass: its time grows slower than its tokens
-        ([0, 2, 3, 5], 700, range(0, 6)),  # pads for prompts or idle slots between
-        ([3], SPLIT_ATTENTION_FROM - 1, range(3, 4)),
-        ([3], SPLIT_ATTENTION_FROM, range(3, 5)),  # a lone token far in gets a pad beside it
-        ([7], SPLIT_ATTENTION_FROM, range(7, 9)),  # the last slot's pad: the pad sequence
-        ([0, 7], 0, range(0, 8)),
+        ([0, 1, 2, 3], range(0, 4)),
+        (list(range(8)), range(0, 8)),  # one pass: its time grows slower than its tokens
+        ([0, 2, 3, 5], range(0, 6)),  # pads for prompts or idle slots between
+        ([3], range(3, 4)),  # a lone token alone, however far in: no split attention
+        ([0, 7], range(0, 8)),
     ],
 )
 def test_the_sampled_tokens_are_read_in_one_run_of_consecutive_sequences(
-    ids: list[int], position: int, ran: range
+    ids: list[int], ran: range
 ) -> None:
-    assert decode_pass(ids, position) == ran
+    assert decode_pass(ids) == ran
 
 
 @pytest.mark.parametrize(
@@ -363,3 +380,52 @@ def test_the_sampled_tokens_are_read_in_one_run_of_consecutive_sequences(
 )
 def test_a_sequences_tokens_are_read_in_few_even_passes(left: int, most: int, size: int) -> None:
     assert pass_size(left, most) == size
+
+
+@pytest.mark.parametrize(
+    ("length", "first_answer", "end"),
+    [
+        (BLOCK - 1, None, 0),  # a short prompt is read in token passes only
+        (BLOCK, None, BLOCK),
+        (1900, None, 1856),  # whole blocks; the last 44 tokens in token passes
+        (1900, 700, 640),  # a follow-up: its first turn's blocks, as they were read then
+        (1900, 0, 0),
+    ],
+)
+def test_a_prompt_is_read_in_blocks_up_to_its_first_answer(
+    length: int, first_answer: int | None, end: int
+) -> None:
+    assert block_end(length, first_answer) == end
+
+
+@pytest.mark.parametrize(
+    ("shared", "cached_blocks", "blocks", "kept"),
+    [
+        (1899, 1856, 1856, 1899),  # the same prompt again, or a follow-up: all it shares
+        (1000, 1856, 1856, 1000),  # a later edit: its blocks from the edit on
+        (1830, 1856, 1856, 1856 - BLOCK),  # the blocks left must fill a block pass
+        (1899, 1856, 1920, 1856),  # the cache's token passes are blocks of this prompt
+        (1899, 1920, 1856, 1856),  # the cache's last block is not the token passes it wants
+        (40, 1856, 0, 0),  # a short prompt reads its start in token passes
+        (40, 0, 0, 40),
+        (1919, 1920, 1920, 1920 - BLOCK),  # the last token is in a block
+    ],
+)
+def test_a_cache_serves_a_prompt_only_where_its_tokens_were_read_in_the_prompts_regime(
+    shared: int, cached_blocks: int, blocks: int, kept: int
+) -> None:
+    assert reusable(shared, cached_blocks, blocks) == kept
+
+
+@pytest.mark.parametrize(
+    ("left", "most", "size"),
+    [
+        (BLOCK, 32, BLOCK),  # at least a block while others decode
+        (2 * BLOCK + 1, 32, BLOCK + 1),  # 65 + 64, never 128 + 1
+        (1856, 512, 464),
+        (512, 512, 512),
+    ],
+)
+def test_block_passes_are_even_and_each_holds_a_block(left: int, most: int, size: int) -> None:
+    assert block_pass_size(left, most) == size
+    assert left - size == 0 or left - size >= BLOCK

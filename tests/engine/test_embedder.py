@@ -13,7 +13,11 @@ import pytest
 
 from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW
 from lmsp_jupyter.engine.generation import ModelLoadError
-from lmsp_jupyter.engine.local.llama import LlamaEmbedder, no_weight_repacking
+from lmsp_jupyter.engine.local.llama import (
+    LlamaEmbedder,
+    no_weight_repacking,
+    use_reference_kernels,
+)
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -45,6 +49,7 @@ def reference(bundled_model_path: Path) -> dict[str, list[list[float]]]:
                 n_threads=2,
                 verbose=False,
             )
+        use_reference_kernels(llama._ctx.ctx)  # as the engine's embedder computes
         try:
             vectors[name] = [llama.embed(text, normalize=True) for text in TEXTS]
         finally:

@@ -1,7 +1,9 @@
-"""``GGML_CPU_TILED_MM``: the engine turns llama.cpp's tiled matrix product off where it starts,
-keeps a value the user set, and says, in its log once and in the model listing, when the text at
-temperature 0 cannot be exact. llama.cpp reads the variable once per process, so each case runs in
-a process of its own."""
+"""The engine's exactness does not rest on ``GGML_CPU_TILED_MM``: token passes take llama.cpp's
+reference kernels through its CPU backend's switch, block passes its fast ones
+(``engine/local/passes.py``), whatever the variable says and whatever ran in the process first.
+The engine leaves the variable as it found it, and says, in its log once and in the model
+listing, when the text at temperature 0 cannot be exact. llama.cpp reads the variable once per
+process, so each case runs in a process of its own."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.engine.local.llama import TILED_MM_VARIABLE, without_avx2
+from lmsp_jupyter.engine.local.llama import without_avx2
 
+#: llama.cpp's switch of its tiled matrix product, read once per process.
+VARIABLE = "GGML_CPU_TILED_MM"
 #: Imports the engine, makes a ``llama_cpp.Llama`` first if asked, starts two engines, and
-#: prints the variable after the import and after the start, what the engines say and what the
-#: listing says.
+#: prints the variable after the start, what the engines say and what the listing says.
 SCRIPT = """
 import json, logging, os, sys
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
@@ -26,7 +29,6 @@ import llama_cpp
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.service.models import ModelDirectory
-imported = os.environ.get("GGML_CPU_TILED_MM")
 if sys.argv[1] == "llama-first":
     llama_cpp.Llama(sys.argv[2], vocab_only=True, verbose=False)
 catalog = ModelCatalog(include_bundled=True)
@@ -34,7 +36,6 @@ entry = catalog.get(BUNDLED_MODEL_ID)
 engines = [LocalEngine(), LocalEngine()]
 listed = ModelDirectory(catalog, engines[1]).list().model_dump(mode="json")
 print(json.dumps({
-    "imported": imported,
     "started": os.environ.get("GGML_CPU_TILED_MM"),
     "inexact": [engine.inexact(entry) for engine in engines],
     "extensions": listed["data"][0].get("extensions"),
@@ -45,9 +46,9 @@ print(json.dumps({
 def started(bundled_model_path: Path, *, variable: str | None, first: str = "") -> dict[str, Any]:
     """What a process started with ``GGML_CPU_TILED_MM`` set to ``variable`` (``None``: unset)
     reports, its warnings under ``warnings``."""
-    env = {key: value for key, value in os.environ.items() if key != TILED_MM_VARIABLE}
+    env = {key: value for key, value in os.environ.items() if key != VARIABLE}
     if variable is not None:
-        env[TILED_MM_VARIABLE] = variable
+        env[VARIABLE] = variable
     run = subprocess.run(
         [sys.executable, "-c", SCRIPT, first, str(bundled_model_path)],
         env=env,
@@ -72,44 +73,18 @@ def exact_or_not_on_this_build(report: dict[str, Any]) -> None:
         assert len(report["warnings"]) == 1
 
 
-def test_the_engine_turns_the_tiled_product_off_where_it_starts_not_at_import(
-    bundled_model_path: Path,
-) -> None:
-    report = started(bundled_model_path, variable=None)
-    assert (report["imported"], report["started"]) == (None, "0")
-    exact_or_not_on_this_build(report)
-
-
-@pytest.mark.parametrize("variable", ["0", " 00"])
-def test_a_user_value_that_turns_it_off_is_kept_and_exact(
-    bundled_model_path: Path, variable: str
+@pytest.mark.parametrize("variable", [None, "0", "1"])
+def test_the_engine_is_exact_whatever_the_tiled_product_variable_says_and_leaves_it(
+    bundled_model_path: Path, variable: str | None
 ) -> None:
     report = started(bundled_model_path, variable=variable)
     assert report["started"] == variable
     exact_or_not_on_this_build(report)
 
 
-def test_a_user_value_that_turns_it_on_is_kept_and_said_once_in_the_log_and_the_listing(
-    bundled_model_path: Path,
-) -> None:
-    report = started(bundled_model_path, variable="1")
-    reason = "GGML_CPU_TILED_MM=1 turns llama.cpp's tiled matrix product on"
-    assert report["started"] == "1"
-    assert report["inexact"] == [reason, reason]
-    assert report["extensions"] == {"x-lmsp-jupyter": {"inexact": reason}}
-    assert report["warnings"] == [
-        "WARNING lmsp_jupyter.engine.local.llama temperature 0 is not exact in this process: "
-        + reason
-    ]
-
-
-def test_a_llama_made_before_the_engine_started_is_said_once_in_the_log_and_the_listing(
+def test_a_llama_made_before_the_engine_started_changes_nothing(
     bundled_model_path: Path,
 ) -> None:
     report = started(bundled_model_path, variable=None, first="llama-first")
-    assert report["started"] == "0"  # for what llama.cpp has not read yet
-    first, second = report["inexact"]
-    assert first == second is not None
-    assert "a llama_cpp.Llama was made in this process before the engine started" in first
-    assert report["extensions"] == {"x-lmsp-jupyter": {"inexact": first}}
-    assert len(report["warnings"]) == 1
+    assert report["started"] is None
+    exact_or_not_on_this_build(report)

@@ -1,7 +1,8 @@
 """Continuous batching of one model: a worker thread, its sequences, their KV cache slots.
 
-Each step the worker evaluates chunks of new prompts (up to 48 tokens a pass) and every other
-running sequence's next token (side by side in one pass), samples each sequence as soon as its
+Each step the worker evaluates chunks of new prompts (their starts in block passes of llama.cpp's
+fast kernels, their ends in token passes of its reference kernels) and every other running
+sequence's next token (side by side in one token pass), samples each sequence as soon as its
 pass is read and hands its text to the consumer; ``engine/passes.py`` says why passes have these
 shapes. Each slot is a sequence of the llama.cpp context with its own KV cache, its cells in
 position order.
@@ -33,7 +34,7 @@ from ..generation import (
     TokenLogprob,
 )
 from .llama import BatchToken, LlamaModel, TokenSampler, release_compute_threads
-from .passes import decode_pass, lone_token_needs_pad, pass_size
+from .passes import block_end, block_pass_size, decode_pass, pass_size, reusable
 from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText
 from .worker_inputs import GenerationRequest, WorkerSettings
@@ -41,11 +42,12 @@ from .worker_inputs import GenerationRequest, WorkerSettings
 log = logging.getLogger(__name__)
 
 #: Prompt tokens one step evaluates while other sequences decode: bounded so that running
-#: streams keep their pace while a new prompt is read.
+#: streams keep their pace while a new prompt is read (a block pass takes up to 128).
 PROMPT_TOKENS_WHILE_DECODING = 32
-#: Prompt tokens one step evaluates when no sequence decodes; bounds how long a new request
-#: or a cancellation waits for the step in progress.
-PROMPT_TOKENS_ALONE = 128
+#: Prompt tokens one step evaluates when no sequence decodes (and at most the worker's
+#: ``batch_size``); bounds how long a new request or a cancellation waits for the step in
+#: progress.
+PROMPT_TOKENS_ALONE = 512
 #: The share of a prompt, and of a slot's cache, that the two must have in common for the prompt
 #: to take that slot rather than an empty one (or the one used longest ago).
 MIN_SHARED_PREFIX = 0.1
@@ -64,12 +66,15 @@ class _Slot:
 
     id: int
     tokens: list[int] = field(default_factory=list)
+    #: How many of the first ``tokens`` were read in block passes (``engine/passes.py``).
+    blocks: int = 0
     sequence: _Sequence | None = None
     used_at: int = 0
 
     def keep(self, count: int) -> None:
         """Keep the first ``count`` tokens (the model's cache must be cut the same way)."""
         del self.tokens[count:]
+        self.blocks = min(self.blocks, count)
 
 
 @dataclass(eq=False)
@@ -102,6 +107,12 @@ class _Sequence:
         """Prompt tokens not yet in the cache."""
         assert self.slot is not None
         return max(0, len(self.request.prompt.tokens) - len(self.slot.tokens))
+
+    @property
+    def blocks(self) -> int:
+        """How many of the prompt's first tokens are read in block passes."""
+        prompt = self.request.prompt
+        return block_end(len(prompt.tokens), prompt.first_answer)
 
 
 class ModelWorker:
@@ -217,8 +228,9 @@ class ModelWorker:
             self._model = LlamaModel(
                 self.entry.path(),
                 cells=self.settings.context_size,
-                sequences=len(self._slots) + 1,  # and one for padding tokens
+                sequences=len(self._slots),
                 threads=self.settings.threads,
+                most=self.settings.batch_size,
             )
         return self._model
 
@@ -268,7 +280,7 @@ class ModelWorker:
         next keystroke's completion, or the conversation's next turn, finds it whole."""
         assert self._model is not None
         free = [slot for slot in self._slots if slot.sequence is None]
-        reuse = {slot.id: self._reusable(slot, sequence.tokens) for slot in free}
+        reuse = {slot.id: self._reusable(slot, sequence) for slot in free}
         hits = {
             slot.id: reuse[slot.id]
             if reuse[slot.id] >= MIN_SHARED_PREFIX * max(len(sequence.tokens), len(slot.tokens))
@@ -284,19 +296,22 @@ class ModelWorker:
             sequence.cached_tokens = kept
 
     @staticmethod
-    def _reusable(slot: _Slot, tokens: list[int]) -> int:
-        """How many of the prompt ``tokens`` ``slot``'s cache can serve: as far as both agree,
-        leaving the last prompt token to evaluate, whose logits give the first output token.
+    def _reusable(slot: _Slot, sequence: _Sequence) -> int:
+        """How many of the prompt tokens of ``sequence`` ``slot``'s cache can serve: as far as
+        both agree, leaving the last prompt token to evaluate, whose logits give the first
+        output token, and each token computed in the regime the prompt gives it
+        (``engine/passes.py``).
 
         A cache trimmed to a prefix stays whole with sliding-window attention too: each
         sequence has a stream of its own, as long as the context, and llama.cpp puts new tokens
         in the free cells after its head, which never wraps around onto the window's old cells.
         """
+        tokens = sequence.tokens
         limit = min(len(slot.tokens), len(tokens) - 1)
         same = 0
         while same < limit and slot.tokens[same] == tokens[same]:
             same += 1
-        return same
+        return reusable(same, slot.blocks, sequence.blocks)
 
     def _step(self) -> None:
         """One step: chunks of new prompts, up to a budget that keeps the streams' pace, then
@@ -310,8 +325,14 @@ class ModelWorker:
         budget = max(1, min(budget, self.settings.batch_size - len(decoding)))
         for sequence in [s for s in self._running if s.prompt_left]:
             while budget > 0 and sequence.prompt_left:
-                size = pass_size(sequence.prompt_left, most=budget)
-                self._prompt_pass(sequence, size)
+                assert sequence.slot is not None
+                blocks_left = sequence.blocks - len(sequence.slot.tokens)
+                if blocks_left > 0:
+                    size = block_pass_size(blocks_left, most=budget)
+                    self._prompt_pass(sequence, size, block=True)
+                else:
+                    size = pass_size(sequence.prompt_left, most=budget)
+                    self._prompt_pass(sequence, size)
                 budget -= size
         singles: dict[int, _Sequence] = {}
         drafts: list[tuple[_Sequence, Draft, int]] = []
@@ -327,8 +348,7 @@ class ModelWorker:
                 drafts.append((sequence, *planned))
                 sharing -= 1
         if singles:
-            ids = sorted(singles)
-            self._decode_pass(decode_pass(ids, len(self._slots[ids[0]].tokens)), singles)
+            self._decode_pass(decode_pass(sorted(singles)), singles)
         for sequence, draft, size in drafts:
             self._speculative_pass(sequence, draft, size)
 
@@ -373,10 +393,10 @@ class ModelWorker:
             slot.tokens.append(inputs[row + 1])
         self._model.forget(slot.id, len(slot.tokens))
 
-    def _prompt_pass(self, sequence: _Sequence, size: int) -> None:
-        """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass; sample it once
-        its prompt is read."""
-        if self._read(sequence, size):
+    def _prompt_pass(self, sequence: _Sequence, size: int, block: bool = False) -> None:
+        """Evaluate the next ``size`` prompt tokens of ``sequence`` in one pass (a ``block``
+        pass, or a token pass); sample it once its prompt is read."""
+        if self._read(sequence, size, block):
             self._advance(sequence, sequence.sampler.next(size - 1))
 
     def _forced_passes(self, sequence: _Sequence) -> None:
@@ -387,11 +407,10 @@ class ModelWorker:
             size = pass_size(sequence.pending)
         self._advance(sequence, sequence.sampler.next(size - 1))
 
-    def _read(self, sequence: _Sequence, size: int) -> bool:
+    def _read(self, sequence: _Sequence, size: int, block: bool = False) -> bool:
         """Evaluate the next ``size`` pending tokens of ``sequence`` in one pass of its own (a
-        lone token with a padding token after it if it needs one, whose cache is dropped right
-        after); whether that read all its pending tokens (the last one's logits are kept, at
-        index ``size - 1``)."""
+        ``block`` pass, or a token pass); whether that read all its pending tokens (the last
+        one's logits are kept, at index ``size - 1``)."""
         assert self._model is not None and sequence.slot is not None
         slot = sequence.slot
         start, end = len(slot.tokens), len(slot.tokens) + size
@@ -400,14 +419,10 @@ class ModelWorker:
             BatchToken(sequence.tokens[p], p, slot.id, last and p == end - 1)
             for p in range(start, end)
         ]
-        if size == 1 and lone_token_needs_pad(start):
-            batch.append(BatchToken(0, end, slot.id, False))
-        try:
-            self._model.decode(batch)
-        finally:
-            if len(batch) > size:
-                self._model.forget(slot.id, end)
+        self._model.decode(batch, block)
         slot.tokens.extend(sequence.tokens[start:end])
+        if block:
+            slot.blocks = end
         return last
 
     def _decode_pass(self, ids: range, decoding: dict[int, _Sequence]) -> None:
@@ -418,9 +433,9 @@ class ModelWorker:
         batch: list[BatchToken] = []
         rows: list[tuple[_Sequence, int]] = []
         for id in ids:
-            slot = self._slots[id] if id < len(self._slots) else None
+            slot = self._slots[id]
             sequence = decoding.get(id)
-            if slot is not None and sequence is not None:
+            if sequence is not None:
                 position = len(slot.tokens)
                 rows.append((sequence, len(batch)))
                 batch.append(BatchToken(sequence.tokens[position], position, id, True))
@@ -437,11 +452,9 @@ class ModelWorker:
             sequence.slot.tokens.append(sequence.tokens[len(sequence.slot.tokens)])
             self._advance(sequence, sequence.sampler.next(row))
 
-    def _pad_position(self, slot: _Slot | None) -> int:
-        """Where a padding token goes in ``slot``'s sequence (``None``: the pad sequence)."""
+    def _pad_position(self, slot: _Slot) -> int:
+        """Where a padding token goes in ``slot``'s sequence."""
         assert self._model is not None
-        if slot is None:
-            return 0
         if len(slot.tokens) >= self._model.cells:  # an idle cache as long as the context
             assert slot.sequence is None
             self._model.forget(slot.id)

@@ -86,7 +86,11 @@ class _Tokenizing:
         if schema is not None:
             tokenizer.schemas.matcher(schema)
         text = template.render(messages, tools)
-        return Prompt(text=text, tokens=tokenizer.tokenize(text))
+        answered = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
+        first_answer = None if answered is None else 0
+        if answered:  # the first turn's prompt, as it was rendered to be answered
+            first_answer = len(tokenizer.tokenize(template.render(messages[:answered], tools)))
+        return Prompt(text=text, tokens=tokenizer.tokenize(text), first_answer=first_answer)
 
     def render_text(self, text: str, suffix: str | None) -> Prompt:
         """A raw prompt, filling in the middle where the model can; on the tokenizer thread."""

@@ -7,7 +7,6 @@ import functools
 import itertools
 import logging
 import os
-import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -25,15 +24,9 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 from ..generation import EngineError, ModelLoadError, SamplingParams, TokenLogprob
 from ..guidance import SchemaCompiler, SchemaMatcher
 from .logits import Penalties, TokenLogprobs
-from .passes import PASS_MAX
 
 log = logging.getLogger(__name__)
 
-#: llama.cpp's switch of its tiled matrix product of K-quantized weights, taken from 8 tokens of
-#: a pass on: it makes a token's logits depend on how many tokens share its pass
-#: (``engine/passes.py``). On unless set to a number other than 0; llama.cpp reads it once per
-#: process, when it first evaluates a model.
-TILED_MM_VARIABLE = "GGML_CPU_TILED_MM"
 #: Sampling when a request gives no temperature: llama.cpp's own defaults.
 DEFAULT_TEMPERATURE = 0.8
 _TOP_K = 40
@@ -50,47 +43,88 @@ _prepared: list[str | None] = []
 
 def prepare_llama_cpp() -> str | None:
     """Ready llama.cpp for this process's engine; called where the engine starts and before any
-    model here is loaded. The first call decides, for the whole process:
+    model here is loaded. The first call quiets llama.cpp's log below errors, unless its logger
+    (``llama-cpp-python``) has a level already: otherwise it floods the server's stderr.
 
-    - llama.cpp's log goes quiet below errors, unless its logger (``llama-cpp-python``) has a
-      level already: otherwise it floods the server's stderr;
-    - its tiled matrix product is turned off (``GGML_CPU_TILED_MM=0``), unless the variable is
-      set already, so that the text at temperature 0 does not depend on what else runs or was
-      cached.
-
-    Returns why that text may depend on them all the same (``None``: it does not), and logs it
-    once: the variable set to turn the product on, llama.cpp having read it, unset, before it
-    was set here (llama-cpp-python's own ``Llama`` made in this process first), or llama.cpp
-    built without AVX2 kernels.
+    Returns why the text at temperature 0 may depend on what else runs or was cached
+    (``None``: it does not), and logs it once: llama.cpp built without AVX2 kernels, or without
+    the switch to its reference kernels that token passes take (``engine/passes.py``).
     """
     with _PREPARED_LOCK:
         if not _prepared:
             logger = logging.getLogger("llama-cpp-python")
             if logger.level == logging.NOTSET:
                 logger.setLevel(logging.ERROR)
-            _prepared.append(_untiled() or without_avx2())
+            _prepared.append(_without_kernel_switch() or without_avx2())
             if _prepared[0] is not None:
                 log.warning("temperature 0 is not exact in this process: %s", _prepared[0])
         return _prepared[0]
 
 
-def _untiled() -> str | None:
-    """Turn the tiled product off unless it is set; why it may be on all the same."""
-    value = os.environ.get(TILED_MM_VARIABLE)
-    if value is not None:
-        if _c_integer(value) != 0:
-            return f"{TILED_MM_VARIABLE}={value} turns llama.cpp's tiled matrix product on"
+@functools.cache
+def _kernel_functions() -> tuple[Any, Any, Any, Any, Any] | None:
+    """llama.cpp's functions that reach a context's CPU backend and switch its reference
+    kernels: ``llama_context::get_sched`` (a C++ method of llama.cpp's, exported, with no C
+    name), ggml's scheduler's backends and their names, ``ggml_backend_cpu_set_use_ref``."""
+    lib = llama_cpp.llama_cpp._lib  # libllama, whose lookups reach the ggml it links
+    try:
+        functions = (
+            lib._ZNK13llama_context9get_schedEv,
+            lib.ggml_backend_sched_get_n_backends,
+            lib.ggml_backend_sched_get_backend,
+            lib.ggml_backend_name,
+            lib.ggml_backend_cpu_set_use_ref,
+        )
+    except AttributeError:
         return None
-    os.environ[TILED_MM_VARIABLE] = "0"
-    # llama-cpp-python's ``Llama`` initialises llama.cpp's backend once per process, when the
-    # first one is made: a model of the user's may have run already, reading the variable unset.
-    if getattr(llama_cpp.Llama, "_Llama__backend_initialized", False):
+    get_sched, count, backend, name, use_ref = functions
+    get_sched.argtypes, get_sched.restype = [ctypes.c_void_p], ctypes.c_void_p
+    count.argtypes, count.restype = [ctypes.c_void_p], ctypes.c_int
+    backend.argtypes, backend.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_void_p
+    name.argtypes, name.restype = [ctypes.c_void_p], ctypes.c_char_p
+    use_ref.argtypes, use_ref.restype = [ctypes.c_void_p, ctypes.c_bool], None
+    return functions
+
+
+def _without_kernel_switch() -> str | None:
+    """Why token passes cannot take llama.cpp's reference kernels, if they cannot."""
+    if _kernel_functions() is None:
         return (
-            f"a llama_cpp.Llama was made in this process before the engine started, so "
-            f"llama.cpp may have read {TILED_MM_VARIABLE} unset (tiled matrix product on); "
-            f"set {TILED_MM_VARIABLE}=0 before making it, or start the engine first"
+            "this llama-cpp-python's llama.cpp has no switch to its reference CPU kernels "
+            "(ggml_backend_cpu_set_use_ref, llama_context::get_sched)"
         )
     return None
+
+
+class _KernelSwitch:
+    """A context's CPU backend, switched between llama.cpp's reference kernels and its fast
+    ones (``engine/passes.py``); a no-op where llama.cpp has no switch."""
+
+    def __init__(self, ctx: Any) -> None:
+        functions = _kernel_functions()
+        self._set: Callable[[bool], None] | None = None
+        self._reference: bool | None = None
+        if functions is None:
+            return
+        get_sched, count, backend, name, use_ref = functions
+        sched = get_sched(ctx)
+        for index in range(count(sched)):
+            cpu = backend(sched, index)
+            if name(cpu) == b"CPU":
+                self._set = functools.partial(use_ref, cpu)
+                self.reference(True)
+
+    def reference(self, on: bool) -> None:
+        """The next passes run the reference kernels (``on``) or the fast ones."""
+        if self._set is not None and self._reference is not on:
+            self._set(on)
+            self._reference = on
+
+
+def use_reference_kernels(ctx: Any) -> None:
+    """Every pass of the llama.cpp context ``ctx`` runs the reference kernels, as the engine's
+    embedder does (to compare another context with it, llama-cpp-python's ``Llama._ctx.ctx``)."""
+    _KernelSwitch(ctx)
 
 
 def without_avx2() -> str | None:
@@ -148,12 +182,6 @@ def release_compute_threads() -> None:
     pause = _openmp_pause()
     if pause is not None:
         pause()
-
-
-def _c_integer(text: str) -> int:
-    """``text`` read as C's ``atoi`` reads it, as llama.cpp does: its leading integer, or 0."""
-    digits = re.match(r"\s*([+-]?\d+)", text)
-    return int(digits.group(1)) if digits else 0
 
 
 def unrepacked_model_params() -> Any:
@@ -280,11 +308,10 @@ class LlamaModel:
     """
 
     def __init__(
-        self, path: Path, *, cells: int, sequences: int, threads: int, most: int = PASS_MAX
+        self, path: Path, *, cells: int, sequences: int, threads: int, most: int = 512
     ) -> None:
         """``most``: the most tokens one pass may hold, or one of each sequence when there
-        are more sequences (the engine's ``PASS_MAX``; more only to measure passes it does
-        not make)."""
+        are more sequences (the worker's ``batch_size``)."""
         prepare_llama_cpp()  # before this process's first evaluation, if it is that
         model_params = unrepacked_model_params()
         model_params.n_gpu_layers = 0
@@ -307,6 +334,7 @@ class LlamaModel:
             llama_cpp.llama_model_free(self._model)
             raise ModelLoadError(f"{path.name} could not be given {sequences} contexts of {cells}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._kernels = _KernelSwitch(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._batch = llama_cpp.llama_batch_init(max(most, sequences), 0, 1)
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
@@ -314,11 +342,13 @@ class LlamaModel:
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._pieces: dict[int, bytes] = {}
 
-    def decode(self, tokens: Sequence[BatchToken]) -> None:
-        """Evaluate one pass (``engine/passes.py`` says which sizes keep results exact).
+    def decode(self, tokens: Sequence[BatchToken], block: bool = False) -> None:
+        """Evaluate one pass: a token pass, or a ``block`` pass (at least ``BLOCK`` tokens of
+        one sequence); ``engine/passes.py`` says what each keeps exact.
 
         The logits of a token that asked for them are then at its index in ``tokens``.
         """
+        self._kernels.reference(not block)
         status = llama_cpp.llama_decode(self._ctx, _filled(self._batch, tokens))
         if status != 0:
             raise EngineError(f"llama.cpp failed to evaluate a batch (status {status})")
@@ -587,6 +617,8 @@ class LlamaEmbedder:
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
             raise ModelLoadError(f"{path.name} could not be given an embedding window of {window}")
+        # The reference kernels: a text's vector moves less with the other texts of its pass.
+        use_reference_kernels(self._ctx)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._batch = llama_cpp.llama_batch_init(window, 0, 1)

@@ -1,51 +1,75 @@
 """How the batching worker cuts its work into llama.cpp forward passes, so that a token's logits
-do not depend on what else is in the pass."""
+do not depend on what else is in the pass, on how its prompt was cut, or on the cache.
+
+llama.cpp's CPU kernels change their arithmetic with the shape of a pass (measured by
+``benchmarks/pass_sizes.py``): matrix products of K-quantized weights are tiled from 8 tokens
+of a pass on, attention is tiled from 64 tokens of a sequence, and a lone token splits
+attention over the cache once it attends over 512 cells or more. So the engine computes every
+token in one of two regimes, each of which gives a token the same result whatever else its
+pass holds:
+
+- **token passes** run llama.cpp's reference kernels (its CPU backend's ``use_ref``): no tiled
+  product, no tiled or split attention. Sampled tokens, drafts, forced tokens and the end of a
+  prompt are read this way, in passes of any composition;
+- **block passes** run its fast kernels on at least ``BLOCK`` tokens of one sequence: tiled
+  products and tiled attention for every token of the pass. The start of a prompt is read this
+  way, up to ``block_end``, as llama-server reads a prompt.
+
+A token's regime is a function of its prompt alone (``block_end``), never of the cache: the
+worker reuses a cached prefix only as far as its tokens were computed in the regime the prompt
+gives them (``reusable``). Each sequence has its own KV stream, its cells in position order,
+which attention visits in turn.
+"""
 
 from __future__ import annotations
 
-#: The most tokens of one sequence a pass holds. llama.cpp's CPU kernels change their
-#: arithmetic with the shape of a pass in three places, measured by ``benchmarks/pass_sizes.py``:
-#:
-#: - matrix products of K-quantized weights are tiled from 8 tokens of a pass on. The engine
-#:   turns that kernel off where it starts (``prepare_llama_cpp``, which says when it cannot):
-#:   products then compute each token alone, whatever else the pass holds, as fast as the tiled
-#:   kernel for decoding and at 0.8 of its speed for reading prompts;
-#: - attention is tiled from 64 tokens of one sequence: passes hold at most ``PASS_MAX`` of each;
-#: - a pass of one token of one sequence splits attention over the KV cache in chunks that
-#:   depend on how full it is, once it attends over 512 cells or more. llama.cpp views a
-#:   sequence's cache in steps of 256 cells, so that is a token at position
-#:   ``SPLIT_ATTENTION_FROM`` or later: such a token gets a padding token beside it, which is
-#:   dropped.
-#:
-#: Each sequence has its own KV stream, its cells in position order, which attention visits in
-#: turn. Then a token's logits depend neither on the other sequences nor on how its prompt was
-#: cut into passes, nor on whether its prefix came from the cache. The batching worker composes
-#: the passes (``engine/batching.py``).
+#: The fewest tokens of a block pass: from 64 queries llama.cpp's attention is tiled
+#: (``GGML_FA_TILE_Q``), and a block pass is read with tiled attention for all of them.
+BLOCK = 64
+#: The most tokens of one sequence a token pass holds: a bound on a step, not on exactness.
 PASS_MAX = 48
-SPLIT_ATTENTION_FROM = 256
 
 
-def lone_token_needs_pad(position: int) -> bool:
-    """Whether a pass of one token, at ``position`` of its sequence, needs a padding token
-    beside it to keep attention whole."""
-    return position >= SPLIT_ATTENTION_FROM
+def block_end(length: int, first_answer: int | None = None) -> int:
+    """Where a prompt of ``length`` tokens stops being read in block passes: its whole
+    ``BLOCK``s, up to the conversation's ``first_answer`` (where the prompt of its first turn
+    ended) when it continues one. A follow-up then finds its first turn's blocks in the cache,
+    and every token after them in the token regime it was decoded in."""
+    end = length if first_answer is None else min(length, first_answer)
+    return end // BLOCK * BLOCK
+
+
+def reusable(shared: int, cached_blocks: int, blocks: int) -> int:
+    """How many tokens of a cache a prompt can take: ``shared`` tokens agree (fewer than the
+    prompt's), the cache's first ``cached_blocks`` were read in block passes, and the prompt
+    reads its first ``blocks`` in block passes (``block_end``). A reused token must have been
+    computed in the prompt's regime, and what is left of the prompt's blocks must fill a block
+    pass."""
+    kept = shared if cached_blocks == blocks else min(shared, cached_blocks, blocks)
+    if 0 < blocks - kept < BLOCK:
+        kept = blocks - BLOCK
+    return kept
+
+
+def block_pass_size(left: int, most: int) -> int:
+    """The next block pass's size when ``left`` (at least ``BLOCK``) block tokens of a prompt
+    remain: as few passes of at most ``most`` tokens (and at least ``2 * BLOCK``) as can hold
+    them, as even as can be, so that each holds ``BLOCK`` or more."""
+    passes = -(-left // max(most, 2 * BLOCK))
+    return -(-left // passes)
 
 
 def pass_size(left: int, most: int = PASS_MAX) -> int:
-    """The next pass's size when ``left`` tokens of one sequence (a prompt, or a sampled token
-    and those its schema forced after it) remain: as few passes of at most ``most`` tokens (and
-    ``PASS_MAX``) as can hold them, as even as can be."""
+    """The next token pass's size when ``left`` tokens of one sequence (a prompt's end, or a
+    sampled token and those its schema forced after it) remain: as few passes of at most
+    ``most`` tokens (and ``PASS_MAX``) as can hold them, as even as can be."""
     passes = -(-left // max(1, min(most, PASS_MAX)))
     return -(-left // passes)
 
 
-def decode_pass(ids: list[int], position: int) -> range:
-    """The pass that reads the sampled tokens of the sequences ``ids`` (in order, at least one;
-    the first one's token at ``position``): the run of consecutive sequence ids from the first
-    to the last, as llama.cpp reads one pass across streams only for consecutive sequences. The
-    sequences in between (prompts being read, idle slots), and the next one when a lone token
-    needs a pad (the one after the last slot is the pad sequence), get padding tokens: a pad
-    costs a fraction of a pass of its own."""
-    if len(ids) == 1 and lone_token_needs_pad(position):
-        return range(ids[0], ids[0] + 2)
+def decode_pass(ids: list[int]) -> range:
+    """The pass that reads the sampled tokens of the sequences ``ids`` (in order, at least
+    one): the run of consecutive sequence ids from the first to the last, as llama.cpp reads one
+    pass across streams only for consecutive sequences. The sequences in between (prompts being
+    read, idle slots) get padding tokens: a pad costs a fraction of a pass of its own."""
     return range(ids[0], ids[-1] + 1)
