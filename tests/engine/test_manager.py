@@ -107,8 +107,8 @@ async def test_the_state_moves_from_loading_to_loaded_with_memory_and_expiry(
     assert state is not None
     assert (state.status, state.loaded_at) == ("loading", None)
     assert state.memory_bytes == engine.footprint(first)
-    # The weights, and a cache of CONTEXT tokens for each parallel sequence and the padding one.
-    sequences = engine.settings.parallel + 1
+    # The weights, and a cache of CONTEXT tokens for each parallel sequence.
+    sequences = engine.settings.parallel
     assert (
         state.memory_bytes == first.weights_bytes + first.kv_bytes_per_token * CONTEXT * sequences
     )

@@ -234,12 +234,12 @@ class LocalEngine(LoggingConfigurable):
 
     def footprint(self, entry: ModelEntry) -> int:
         """Bytes ``entry`` takes once loaded: its weights and a KV cache of ``context_size``
-        tokens for each of its ``parallel`` sequences and the padding one."""
+        tokens for each of its ``parallel`` sequences."""
         return footprint(
             entry.weights_bytes,
             entry.kv_bytes_per_token,
             self.context_length(entry),
-            self.settings.parallel + 1,
+            self.settings.parallel,
         )
 
     async def load(self, entry: ModelEntry) -> None:
