@@ -70,10 +70,12 @@ class Prompt:
     #: The text after the gap of a raw fill-in-the-middle prompt, for an engine that assembles
     #: it elsewhere (a remote server); a local one has it in ``tokens`` already.
     suffix: str | None = field(default=None, repr=False)
-    #: Where, in ``tokens``, the conversation's first answer starts (the prompt of its first
-    #: turn ends there), when the prompt continues one: a local engine reads the first turn
-    #: the way it read it then (``engine/local/passes.py``).
-    first_answer: int | None = None
+    #: Where, in ``tokens``, the part that the next prompts of its kind change starts, when
+    #: that is known: a conversation's first answer (its first turn's prompt ends there), a
+    #: fill-in-the-middle prompt's gap (the cursor). A local engine reads no block of the
+    #: prompt past it, so the next prompts find the blocks before it in the cache
+    #: (``engine/local/passes.py``).
+    stable_until: int | None = None
 
     @property
     def length(self) -> int:

@@ -29,6 +29,7 @@ from lmsp_jupyter.engine.local.llama import LlamaTokenizer
 from lmsp_jupyter.engine.local.passes import (
     BLOCK,
     PASS_MAX,
+    UNSTABLE_TAIL,
     block_end,
     block_pass_size,
     decode_pass,
@@ -188,7 +189,7 @@ async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
             f"<start_of_turn>user\n{follow_up}<end_of_turn>\n<start_of_turn>model\n",
         )
         if rendered:
-            follow = dataclasses.replace(follow, first_answer=len(first.tokens))
+            follow = dataclasses.replace(follow, stable_until=len(first.tokens))
         reused, reused_done = await generate(warm, entry, follow)
     finally:
         warm.close()
@@ -199,7 +200,7 @@ async def test_a_continued_conversation_reuses_its_cache_and_says_the_same(
         cold.close()
     # The first turn's prompt and (as far as it was read) its answer come from the cache,
     # or, for a raw text, the first turn's blocks and what it read in token passes after.
-    if rendered or block_end(len(first.tokens)) == 0:
+    if rendered or block_end(len(first.tokens)) == block_end(len(follow.tokens)):
         assert len(first.tokens) < reused_done.cached_tokens < len(first.tokens) + 12
     else:
         assert reused_done.cached_tokens == block_end(len(first.tokens)) > 0
@@ -383,19 +384,21 @@ def test_a_sequences_tokens_are_read_in_few_even_passes(left: int, most: int, si
 
 
 @pytest.mark.parametrize(
-    ("length", "first_answer", "end"),
+    ("length", "stable_until", "end"),
     [
         (BLOCK - 1, None, 0),  # a short prompt is read in token passes only
-        (BLOCK, None, BLOCK),
+        (BLOCK + UNSTABLE_TAIL - 1, None, 0),
+        (BLOCK + UNSTABLE_TAIL, None, BLOCK),
         (1900, None, 1856),  # whole blocks; the last 44 tokens in token passes
+        (1870, None, 1792),  # at least the last UNSTABLE_TAIL in token passes
         (1900, 700, 640),  # a follow-up: its first turn's blocks, as they were read then
         (1900, 0, 0),
     ],
 )
-def test_a_prompt_is_read_in_blocks_up_to_its_first_answer(
-    length: int, first_answer: int | None, end: int
+def test_a_prompt_is_read_in_blocks_up_to_its_stable_part_s_end(
+    length: int, stable_until: int | None, end: int
 ) -> None:
-    assert block_end(length, first_answer) == end
+    assert block_end(length, stable_until) == end
 
 
 @pytest.mark.parametrize(

@@ -67,9 +67,11 @@ async def cold(entry: ModelEntry, prompt: Prompt) -> Run:
     return run
 
 
-def whole_blocks(tokenizer: LlamaTokenizer, text: str, blocks: int) -> Prompt:
-    """``text``'s first ``blocks`` whole blocks of tokens: its last token is in a block."""
-    tokens = tokenizer.tokenize(text)[: blocks * BLOCK]
+def cut(tokenizer: LlamaTokenizer, text: str, length: int, changed: int | None = None) -> Prompt:
+    """``text``'s first ``length`` tokens, the one at ``changed`` another one."""
+    tokens = tokenizer.tokenize(text)[:length]
+    if changed is not None:
+        tokens[changed] = tokens[changed] + 1
     return Prompt(text=text, tokens=tokens)
 
 
@@ -80,9 +82,10 @@ async def test_prompts_read_in_blocks_say_the_same_cold_batched_cached_and_after
     long = prompt_of(tokenizer, notes(60))
     edited = prompt_of(tokenizer, notes(60, changed=30))  # shares about half of ``long``
     longer = prompt_of(tokenizer, notes(64))  # ``long`` and a block more, and its blocks
-    exact = whole_blocks(tokenizer, notes(60), 5)
+    exact = cut(tokenizer, notes(60), 5 * BLOCK)  # its last block ends where its tail starts
+    near = cut(tokenizer, notes(60), 5 * BLOCK, changed=4 * BLOCK - 6)  # 6 before its blocks end
     short = prompt_of(tokenizer, "<bos>Once upon a time")
-    prompts = [long, edited, longer, exact, short]
+    prompts = [long, edited, longer, exact, near, short]
     assert block_end(len(long.tokens)) >= 4 * BLOCK and block_end(len(short.tokens)) == 0
     expected = [await cold(entry, prompt) for prompt in prompts]
     engine = new_engine(parallel=4)
@@ -93,19 +96,20 @@ async def test_prompts_read_in_blocks_say_the_same_cold_batched_cached_and_after
         )
         again = await asyncio.gather(*(generate(engine, entry, p) for p in [long, exact, short]))
         after_edit = await generate(engine, entry, edited)
+        after_near = await generate(engine, entry, near)
     finally:
         engine.close()
     inexact = engine.inexact(entry)
     by_prompt = dict(zip([id(p) for p in prompts], expected, strict=True))
-    ran = [short, long, exact, longer, long, exact, short, edited]
-    runs = [run for run, _ in [*batched, *again, after_edit]]
+    ran = [short, long, exact, longer, long, exact, short, edited, near]
+    runs = [run for run, _ in [*batched, *again, after_edit, after_near]]
     assert_same_runs(runs, [by_prompt[id(p)] for p in ran], inexact)
     assert len({text for text, _ in expected}) > 1
-    cached = [tokens for _, tokens in [*again, after_edit]]
-    assert cached[0] == len(long.tokens) - 1  # the same prompt again: all but its last token
-    assert cached[1] == len(exact.tokens) - BLOCK  # its last token is in a block: a block read
-    assert cached[2] == len(short.tokens) - 1
+    cached = [tokens for _, tokens in [*again, after_edit, after_near]]
+    assert [cached[0], cached[1], cached[2]] == [len(p.tokens) - 1 for p in [long, exact, short]]
     assert 0 < cached[3] < len(edited.tokens) // 2 + BLOCK  # up to the edit, and no block more
+    # What is left of its blocks after the change must fill a block pass: a block is read again.
+    assert cached[4] == block_end(len(near.tokens)) - BLOCK
 
 
 async def test_a_chat_follow_up_finds_its_first_turn_in_the_cache_and_says_the_same(
@@ -119,7 +123,7 @@ async def test_a_chat_follow_up_finds_its_first_turn_in_the_cache_and_says_the_s
     try:
         (answer, _), _ = await generate(engine, entry, first)
         text = f"{first.text}{answer}\nAnd the one that matters least is"
-        follow = dataclasses.replace(prompt_of(tokenizer, text), first_answer=len(first.tokens))
+        follow = dataclasses.replace(prompt_of(tokenizer, text), stable_until=len(first.tokens))
         reused, cached = await generate(engine, entry, follow)
     finally:
         engine.close()

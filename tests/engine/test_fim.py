@@ -91,6 +91,8 @@ async def test_the_engine_fills_in_the_middle_with_the_models_tokens(
             *tokenizer.tokenize(suffix),
             FIM.middle,
         ]
+        # The text after the gap is read in token passes: the next keystroke changes it.
+        assert prompt.stable_until == prompt.tokens.index(FIM.suffix)
         events = [
             event
             async for event in engine.generate(
@@ -112,5 +114,6 @@ async def test_the_engine_continues_the_prompt_alone_for_a_model_without_fim(
     try:
         prompt = await engine.render_text(entry, "import numpy as", "\nprint(np)")
         assert prompt.tokens == [tokenizer.bos, *tokenizer.tokenize("import numpy as")]
+        assert prompt.stable_until is None  # the gap is at the end
     finally:
         engine.close()

@@ -131,6 +131,19 @@ async def test_engine_render_applies_the_models_template_and_tokenizer(
     prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
     assert prompt.text == GEMMA_HI
     assert prompt.tokens == tokenizer.tokenize(GEMMA_HI)
+    assert prompt.stable_until is None  # a first turn: no answer yet
+
+
+async def test_a_rendered_follow_up_says_where_its_first_answer_starts(
+    engine: LocalEngine, entry: ModelEntry
+) -> None:
+    first = [ChatMessage(role="user", content="Hi")]
+    follow = [*first, ChatMessage("assistant", "Hello!"), ChatMessage("user", "And you?")]
+    asked = await engine.render(entry, first)
+    prompt = await engine.render(entry, follow)
+    # The first turn's prompt, as it was answered: the follow-up reads it as it was read then.
+    assert prompt.stable_until == len(asked.tokens)
+    assert prompt.tokens[: len(asked.tokens)] == asked.tokens
 
 
 async def test_engine_loads_the_model_on_first_generation(entry: ModelEntry) -> None:

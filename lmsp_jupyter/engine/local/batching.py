@@ -112,7 +112,7 @@ class _Sequence:
     def blocks(self) -> int:
         """How many of the prompt's first tokens are read in block passes."""
         prompt = self.request.prompt
-        return block_end(len(prompt.tokens), prompt.first_answer)
+        return block_end(len(prompt.tokens), prompt.stable_until)
 
 
 class ModelWorker:

@@ -87,18 +87,19 @@ class _Tokenizing:
             tokenizer.schemas.matcher(schema)
         text = template.render(messages, tools)
         answered = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
-        first_answer = None if answered is None else 0
+        stable = None if answered is None else 0
         if answered:  # the first turn's prompt, as it was rendered to be answered
-            first_answer = len(tokenizer.tokenize(template.render(messages[:answered], tools)))
-        return Prompt(text=text, tokens=tokenizer.tokenize(text), first_answer=first_answer)
+            stable = len(tokenizer.tokenize(template.render(messages[:answered], tools)))
+        return Prompt(text=text, tokens=tokenizer.tokenize(text), stable_until=stable)
 
     def render_text(self, text: str, suffix: str | None) -> Prompt:
         """A raw prompt, filling in the middle where the model can; on the tokenizer thread."""
         tokenizer = self._tokenizer()[1]
-        tokens = raw_prompt_tokens(
-            tokenizer.tokenize, text, suffix, bos=tokenizer.bos, fim=self.entry.fim
-        )
-        return Prompt(text=text, tokens=tokens, raw=True, suffix=suffix)
+        fim = self.entry.fim
+        tokens = raw_prompt_tokens(tokenizer.tokenize, text, suffix, bos=tokenizer.bos, fim=fim)
+        # Filling in the middle, the text after the gap follows the text before it.
+        gap = tokens.index(fim.suffix) if suffix is not None and fim is not None else None
+        return Prompt(text=text, tokens=tokens, raw=True, suffix=suffix, stable_until=gap)
 
     def matcher(self, schema: Any) -> SchemaMatcher:
         """A sequence's matcher of ``schema``; runs on the tokenizer thread."""

@@ -28,15 +28,19 @@ from __future__ import annotations
 BLOCK = 64
 #: The most tokens of one sequence a token pass holds: a bound on a step, not on exactness.
 PASS_MAX = 48
+#: The fewest tokens before the stable part's end that are read in token passes: the next
+#: prompt (the next keystroke's, a text continued) may change its last tokens.
+UNSTABLE_TAIL = 16
 
 
-def block_end(length: int, first_answer: int | None = None) -> int:
+def block_end(length: int, stable_until: int | None = None) -> int:
     """Where a prompt of ``length`` tokens stops being read in block passes: its whole
-    ``BLOCK``s, up to the conversation's ``first_answer`` (where the prompt of its first turn
-    ended) when it continues one. A follow-up then finds its first turn's blocks in the cache,
-    and every token after them in the token regime it was decoded in."""
-    end = length if first_answer is None else min(length, first_answer)
-    return end // BLOCK * BLOCK
+    ``BLOCK``s up to ``UNSTABLE_TAIL`` tokens before its end, or before ``stable_until``
+    (``Prompt.stable_until``: a conversation's first answer, a fill-in-the-middle gap). The next
+    prompt of a conversation, or of a cell being typed in, then finds the same blocks in the
+    cache, and every token after them in the regime it was read or decoded in."""
+    end = length if stable_until is None else min(length, stable_until)
+    return max(0, end - UNSTABLE_TAIL) // BLOCK * BLOCK
 
 
 def reusable(shared: int, cached_blocks: int, blocks: int) -> int:
