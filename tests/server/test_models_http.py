@@ -39,9 +39,9 @@ KEEP_ALIVE = "x-lmsp-jupyter"
 
 def model_footprint() -> int:
     """What the server estimates for either model: weights, and a cache of the test's context
-    size for each parallel sequence and the padding one."""
+    size for each parallel sequence."""
     entry = ModelCatalog().get(BUNDLED_MODEL_ID)
-    return footprint(entry.weights_bytes, entry.kv_bytes_per_token, CONTEXT, PARALLEL + 1)
+    return footprint(entry.weights_bytes, entry.kv_bytes_per_token, CONTEXT, PARALLEL)
 
 
 @pytest.fixture(scope="module")
