@@ -17,8 +17,9 @@ from .passes import PASS_MAX
 #: The n-gram lengths looked up in the sequence's context, longest first.
 NGRAMS = (4, 3, 2)
 #: The most draft tokens one pass verifies for a sequence: as many as a token pass holds
-#: (``engine/passes.py``); the cost model decides how many of them pay. Counted passes (``benchmarks/speculation.py --passes``): JSON/CSV
-#: continuations need a sixth fewer passes than with 16 at most, other kinds about as many.
+#: (``engine/passes.py``); the cost model decides how many of them pay. Counted passes
+#: (``benchmarks/speculation.py --passes``): JSON/CSV continuations need a sixth fewer passes
+#: than with 16 at most, other kinds about as many.
 MOST_DRAFTED = PASS_MAX - 1
 #: The n-gram lengths that realign a prediction the answer strayed from, longest first.
 PREDICTION_NGRAMS = (8, 4, 2)
