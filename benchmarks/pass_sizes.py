@@ -11,7 +11,12 @@ regime's reference way (largest difference of any logit; 0 means bit-identical),
 size is timed (milliseconds a pass, the median of ``--rounds``). It also prints how far the two
 regimes are apart: why a token's regime must not depend on the cache.
 
-Run: ``.venv/bin/python benchmarks/pass_sizes.py [--tokens 320] [--rounds 20]``.
+With ``--widths`` it times verifications instead: passes of 1 to 48 tokens of one sequence,
+keeping the logits of every token (as a draft's verification does) and of the last only. Where
+the first cost more than the row count says, the kernels swept the output layer twice
+(``output_tile`` in ``engine/local/llama.py``).
+
+Run: ``.venv/bin/python benchmarks/pass_sizes.py [--tokens 320] [--rounds 20] [--widths]``.
 """
 
 from __future__ import annotations
@@ -76,9 +81,12 @@ class Probe:
             start = end
         return logits
 
-    def pass_ms(self, size: int, sequences: int, rounds: int, block: bool = False) -> float:
+    def pass_ms(
+        self, size: int, sequences: int, rounds: int, block: bool = False, every: bool = False
+    ) -> float:
         """Milliseconds of a pass (a ``block`` pass, or a token pass) of ``size`` tokens of
-        each of ``sequences`` sequences after the text (the median of ``rounds``)."""
+        each of ``sequences`` sequences after the text (the median of ``rounds``), keeping the
+        logits of each sequence's last token, or of ``every`` token."""
         base = len(self.tokens)
         for sequence in range(sequences):  # each sequence's cache holds the text
             self.model.forget(sequence)
@@ -90,7 +98,7 @@ class Probe:
         times: list[float] = []
         for _ in range(rounds):
             batch = [
-                BatchToken(0, base + p, sequence, p == size - 1)
+                BatchToken(0, base + p, sequence, every or p == size - 1)
                 for sequence in range(sequences)
                 for p in range(size)
             ]
@@ -107,6 +115,20 @@ def largest_difference(a: Logits, b: Logits) -> float:
     return max(float(np.abs(a[p] - b[p]).max()) for p in a)
 
 
+#: The verification widths ``--widths`` times: every one up to 16, then two stretches of 4.
+WIDTHS = [*range(1, 17), *range(20, 25), *range(44, PASS_MAX + 1)]
+
+
+def print_widths(probe: Probe, rounds: int, tile: int) -> None:
+    """The cost of a verification of each of ``WIDTHS`` tokens, against keeping one row."""
+    print(f"verifications after {len(probe.tokens)} tokens; output tile {tile} rows")
+    print(f"{'tokens':>6} {'every row, ms':>14} {'last row, ms':>13} {'rows cost, ms':>14}")
+    for width in WIDTHS:
+        every = probe.pass_ms(width, 1, rounds, every=True)
+        last = probe.pass_ms(width, 1, rounds)
+        print(f"{width:>6} {every:>14.1f} {last:>13.1f} {every - last:>14.1f}")
+
+
 def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     entry = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID)
     rng = np.random.default_rng(1)
@@ -116,6 +138,9 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     )
     try:
         probe = Probe(model, tokens)
+        if args.widths:
+            print_widths(probe, args.rounds, model.output_tile)
+            return
         reference = probe.read(pass_size)
         compositions: list[tuple[str, Logits]] = [
             ("passes of 8", probe.read(lambda left: min(left, 8))),
@@ -182,7 +207,9 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the measurement; 0 whatever it measures, 1 only if it could not measure."""
-    return benchmark_main(benchmark_parser(__doc__, tokens=320, rounds=20), benchmark, argv)
+    parser = benchmark_parser(__doc__, tokens=320, rounds=20)
+    parser.add_argument("--widths", action="store_true", help="time verifications of each width")
+    return benchmark_main(parser, benchmark, argv)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,9 @@ from benchmarks.harness.raw import RawRunner, Settings
 from benchmarks.serving import LlamaServer
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
+from lmsp_jupyter.engine.gguf import read_gguf_metadata
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel
+from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, output_tile
 from lmsp_jupyter.engine.local.speculation import LOGITS_MS, own_pass_ms, shared_pass_ms
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
@@ -224,9 +225,9 @@ def recorded_passes() -> Iterator[list[Pass]]:
     passes: list[Pass] = []
     decode = LlamaModel.decode
 
-    def recording(model: LlamaModel, tokens: Sequence[BatchToken]) -> None:
+    def recording(model: LlamaModel, tokens: Sequence[BatchToken], block: bool = False) -> None:
         passes.append([(t.sequence, t.position, t.logits) for t in tokens])
-        decode(model, tokens)
+        decode(model, tokens, block)
 
     LlamaModel.decode = recording  # type: ignore[method-assign,assignment]
     try:
@@ -235,10 +236,11 @@ def recorded_passes() -> Iterator[list[Pass]]:
         LlamaModel.decode = decode  # type: ignore[method-assign]
 
 
-def decoding_cost(passes: list[Pass]) -> tuple[int, int, float]:
+def decoding_cost(passes: list[Pass], tile: int) -> tuple[int, int, float]:
     """Of one stream's passes, those after the one that read its prompt's last token (the
     first to keep logits): how many, the tokens whose logits they kept, and their cost in the
-    engine's model, in ms, with what the logits of a verification's draft tokens add."""
+    engine's model for kernels of ``tile`` rows, in ms, with what the logits of a
+    verification's draft tokens add."""
     count, rows, cost = 0, 0, 0.0
     prompt_read = False
     for items in passes:
@@ -249,7 +251,7 @@ def decoding_cost(passes: list[Pass]) -> tuple[int, int, float]:
         count, rows = count + 1, rows + len(kept)
         sequences = len(set(kept))
         drafted = len(kept) - 1 if sequences == 1 else 0
-        cost += shared_pass_ms(sequences) if sequences > 1 else own_pass_ms(drafted)
+        cost += shared_pass_ms(sequences, tile) if sequences > 1 else own_pass_ms(drafted, tile)
         cost += LOGITS_MS * drafted
     return count, rows, cost
 
@@ -259,6 +261,8 @@ async def count_passes(tasks: list[dict[str, Any]], tokens: int) -> dict[str, di
     they verified (logits kept), draft tokens kept, and the passes' cost (ms, the engine's
     model)."""
     sides = {True: Side(True), False: Side(False)}
+    bundled = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path()
+    tile = output_tile(read_gguf_metadata(bundled).output_type)
     figures: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     try:
         work = bodies(tasks, await first_turns(sides[False], tasks, tokens), tokens)
@@ -267,7 +271,7 @@ async def count_passes(tasks: list[dict[str, Any]], tokens: int) -> dict[str, di
             for speculation, side in sides.items():
                 with recorded_passes() as passes:
                     sample, drafted, _ = await side.run(body)
-                count, rows, cost = decoding_cost(passes)
+                count, rows, cost = decoding_cost(passes, tile)
                 name = "on" if speculation else "off"
                 for key, value in (
                     ("tokens", sample.tokens),

@@ -178,6 +178,21 @@ def test_benchmark_runs_with_tiny_sizes_and_prints_its_tables(name: str, tmp_pat
     assert [line for line in lines if line.lstrip().startswith("FAIL")] == []
 
 
+@pytest.mark.parametrize(
+    ("name", "arguments", "start"),
+    [
+        ("pass_sizes", "--tokens 16 --rounds 1 --widths", "    48 "),  # the widest verification
+        ("speculation", "--tokens 6 --tasks 1 --passes", "free "),
+    ],
+)
+def test_a_benchmarks_other_mode_runs_with_tiny_sizes(
+    name: str, arguments: str, start: str, tmp_path: Path
+) -> None:
+    result = run([sys.executable, "-m", f"benchmarks.{name}", *arguments.split()], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert [line for line in result.stdout.splitlines() if line.startswith(start)] != []
+
+
 @pytest.mark.usefixtures("postgres")  # skips, as every PostgreSQL test does, where none starts
 def test_stored_replay_is_measured_on_sqlite_and_postgresql(tmp_path: Path) -> None:
     """``replay.py --postgresql`` (which ``hub.py`` runs too): one fresh server per store,

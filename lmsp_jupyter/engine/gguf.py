@@ -125,6 +125,9 @@ class GgufMetadata:
     values: Mapping[str, Scalar] = field(hash=False, repr=False)
     #: Bytes of tensor data (the weights), or ``None`` when the tensor table cannot be read.
     tensor_bytes: int | None = None
+    #: The GGML type id of the output layer's weights (``output.weight``, or the token
+    #: embeddings a tied output layer reads), ``None`` when the tensor table does not say.
+    output_type: int | None = None
 
     @property
     def quantization(self) -> str | None:
@@ -281,23 +284,30 @@ def _parse(stream: _Stream) -> GgufMetadata:
         if value is not None:
             values[key] = value
     metadata = _metadata(version, tensor_count, values)
-    return replace(metadata, tensor_bytes=_tensor_bytes(reader, stream, tensor_count, values))
-
-
-def _tensor_bytes(
-    reader: _Reader, stream: _Stream, tensor_count: int, values: Mapping[str, Scalar]
-) -> int | None:
-    """The size of the tensor data: from the aligned end of the tensor table to the end."""
     try:
-        for _ in range(tensor_count):
-            reader.string("a tensor name", _MAX_KEY_BYTES)
-            reader.skip(8 * reader.u32())  # the dimensions
-            reader.skip(4 + 8)  # the type and the offset
+        types = _tensor_types(reader, tensor_count)
     except GgufError:
-        return None
+        return metadata
     alignment = _typed(values, "general.alignment", int) or _DEFAULT_ALIGNMENT
     start = -(-reader.offset // alignment) * alignment
-    return max(stream.size - start, 0)
+    output_type = types.get(_OUTPUT_TENSOR, types.get(_EMBEDDING_TENSOR))
+    return replace(metadata, tensor_bytes=max(stream.size - start, 0), output_type=output_type)
+
+
+_OUTPUT_TENSOR, _EMBEDDING_TENSOR = "output.weight", "token_embd.weight"
+
+
+def _tensor_types(reader: _Reader, tensor_count: int) -> dict[str, int]:
+    """Read the tensor table: the types of the output layer's candidate tensors, by name."""
+    types: dict[str, int] = {}
+    for _ in range(tensor_count):
+        name = reader.string("a tensor name", _MAX_KEY_BYTES)
+        reader.skip(8 * reader.u32())  # the dimensions
+        (tensor_type,) = reader.unpack(_U32)
+        reader.skip(8)  # the offset
+        if name in (_OUTPUT_TENSOR, _EMBEDDING_TENSOR):
+            types[name] = tensor_type
+    return types
 
 
 def _read_header(reader: _Reader) -> tuple[int, int, int]:

@@ -319,3 +319,36 @@ def test_float32_values_keep_float32_precision() -> None:
 
     assert value == struct.unpack("<f", struct.pack("<f", 1e-6))[0]
     assert value != 1e-6
+
+
+def _tensor_info(name: str, ggml_type: int, *dimensions: int) -> bytes:
+    encoded = name.encode()
+    header = struct.pack("<Q", len(encoded)) + encoded + struct.pack("<I", len(dimensions))
+    return (
+        header + struct.pack(f"<{len(dimensions)}Q", *dimensions) + struct.pack("<IQ", ggml_type, 0)
+    )
+
+
+@pytest.mark.parametrize(
+    ("tensors", "output_type"),
+    [
+        ([("token_embd.weight", 8), ("blk.0.ffn_down.weight", 12)], 8),  # tied: the embeddings
+        ([("token_embd.weight", 8), ("output.weight", 14)], 14),  # its own output layer
+        ([("blk.0.ffn_down.weight", 12)], None),
+    ],
+)
+def test_reads_the_output_layers_type_from_the_tensor_table(
+    tmp_path: Path, tensors: list[tuple[str, int]], output_type: int | None
+) -> None:
+    table = b"".join(_tensor_info(name, kind, 640, 1024) for name, kind in tensors)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(gguf_bytes(LLAMA, len(tensors), vocab_size=4) + table + bytes(64))
+    metadata = read_gguf_metadata(path)
+    assert metadata.output_type == output_type
+    assert metadata.tensor_bytes is not None
+
+
+def test_a_cut_tensor_table_gives_no_output_type() -> None:
+    data = gguf_bytes(LLAMA, 1, vocab_size=4) + _tensor_info("token_embd.weight", 8, 640)[:-6]
+    metadata = read_gguf_metadata(io.BytesIO(data))
+    assert metadata.output_type is None and metadata.tensor_bytes is None

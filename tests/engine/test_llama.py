@@ -25,7 +25,7 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, LlamaTokenizer
+from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, LlamaTokenizer, output_tile
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
 from tests.engine.conftest import prompt_of
 
@@ -285,3 +285,19 @@ async def test_engine_generate_of_an_unloadable_model_raises_model_load_error(
             await engine.render(entry, [ChatMessage(role="user", content="Hi")])
     finally:
         engine.close()
+
+
+def test_the_output_tile_is_the_kernels_for_8_bit_outputs_and_1_for_others(
+    entry: ModelEntry,
+) -> None:
+    features = llama_cpp.llama_print_system_info().decode()
+    expected = 4 if "AVX512 = 1" in features else 2 if "AVX = 1" in features else 1
+    if "LLAMAFILE = 1" not in features:
+        expected = 1
+    assert output_tile(8) == expected  # Q8_0, the bundled model's tied output layer
+    assert output_tile(14) == output_tile(None) == 1  # Q6_K: not computed in tiles
+    model = LlamaModel(entry.path(), cells=256, sequences=1, threads=2)
+    try:
+        assert model.output_tile == expected
+    finally:
+        model.close()

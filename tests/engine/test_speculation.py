@@ -18,7 +18,13 @@ from lmsp_jupyter.engine.generation import (
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import LlamaTokenizer
-from lmsp_jupyter.engine.local.speculation import Draft, Drafter, expected_accepted
+from lmsp_jupyter.engine.local.speculation import (
+    Draft,
+    Drafter,
+    expected_accepted,
+    left_over_ms,
+    own_pass_ms,
+)
 from tests.engine.conftest import assert_same_runs, prompt_of
 from tests.engine.test_batching import PREAMBLE, PROMPTS, SUBJECTS, generate
 
@@ -292,3 +298,40 @@ async def test_a_stop_string_inside_an_accepted_draft_ends_where_it_would_withou
     assert (on_done.reason, on_done.output_tokens) == (off_done.reason, off_done.output_tokens)
     assert on_done.reason == "stop"
     assert on_done.accepted_draft_tokens > 0
+
+
+def test_left_over_rows_cost_a_pass_only_past_its_first_tile() -> None:
+    assert left_over_ms(5, 4) > 0 and left_over_ms(3, 2) > 0
+    assert left_over_ms(8, 4) == left_over_ms(3, 4) == left_over_ms(4, 2) == 0
+    assert all(left_over_ms(rows, 1) == 0 for rows in range(1, 49))
+    assert own_pass_ms(4, 4) > own_pass_ms(7, 4)  # 5 rows sweep the output layer twice, 8 once
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("rate", [0.6, 0.8, 0.9, 0.97])
+def test_a_verification_fills_the_kernels_last_tile_when_its_draft_has_the_tokens(
+    tile: int, rate: float
+) -> None:
+    tokens = list(range(40)) * 2  # the second copy drafts the first's next 47 tokens
+    sizes = {}
+    for kernel_tile in (1, tile):
+        drafter = Drafter(tokens, tile=kernel_tile)
+        drafter.rates[False] = rate
+        draft = drafter.draft(47)
+        assert draft is not None and len(draft.tokens) == 40
+        sizes[kernel_tile] = drafter.size(draft, 1)
+    plain, tiled = sizes[1], sizes[tile]
+    assert plain > 0
+    assert (1 + tiled) % tile == 0 or 1 + tiled <= tile
+    assert plain <= tiled < plain + tile  # up to the next whole tile, never shorter
+
+
+def test_a_draft_too_short_to_fill_a_tile_keeps_its_rows_or_drops_the_left_over() -> None:
+    draft = Draft([5, 6, 7, 8, 9, 10], from_prediction=False)  # 7 rows at most: no 8
+    for rate in (0.3, 0.6, 0.9, 0.99):
+        plain, tiled = (Drafter([1, 2, 3], tile=tile) for tile in (1, 4))
+        plain.rates[False] = tiled.rates[False] = rate
+        alone, whole = plain.size(draft, 1), tiled.size(draft, 1)
+        assert whole == alone or (alone > 3 and whole == 3)
+        if rate == 0.9:
+            assert (alone, whole) == (6, 3)  # 4 rows in one sweep beat 7 in two

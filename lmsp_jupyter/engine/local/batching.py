@@ -266,7 +266,7 @@ class ModelWorker:
         # matcher as it stands after the tokens before it, and tokens the schema forces end
         # the verification (they are read in passes of their own).
         if self.settings.speculation and request.params.speculation:
-            drafter = Drafter(tokens, request.prediction)
+            drafter = Drafter(tokens, request.prediction, model.output_tile)
         return _Sequence(
             request, sampler, limit, tokens, HeldText(request.params.stop), drafter=drafter
         )

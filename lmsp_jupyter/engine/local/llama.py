@@ -22,6 +22,7 @@ import numpy.typing as npt
 from llguidance.llamacpp import lltokenizer_from_vocab
 
 from ..generation import EngineError, ModelLoadError, SamplingParams, TokenLogprob
+from ..gguf import GgufError, read_gguf_metadata
 from ..guidance import SchemaCompiler, SchemaMatcher
 from .logits import Penalties, TokenLogprobs
 
@@ -142,6 +143,29 @@ def without_avx2() -> str | None:
             "AVX2 (the default on a CPU that has it) for exact text"
         )
     return None
+
+
+#: GGML's types whose products with more than one row llamafile's tinyBLAS computes on x86
+#: (Q4_0, Q5_0, Q8_0, IQ4_NL, against rows quantized to Q8_0; ``llamafile/sgemm.cpp``).
+_TINYBLAS_Q0_TYPES = frozenset({2, 6, 8, 20})
+
+
+def output_tile(output_type: int | None) -> int:
+    """How many rows of logits llama.cpp's CPU kernels compute in one sweep over the weights of
+    an output layer of GGML type ``output_type``; 1 when a pass's row count does not matter.
+
+    llamafile's tinyBLAS computes a product in tiles of 4 rows on 32 vector registers (AVX-512)
+    and of 2 on 16 (AVX2), then the rows left over in a second sweep with narrower tiles. The
+    output layer's weights are a model's largest matrix (the bundled model's 262k x 640, 178 MB),
+    and that second sweep costs a pass 11–17 ms on 2 cores: a verification of 5 to 7 tokens
+    takes longer than one of 8 (``benchmarks/pass_sizes.py --widths``).
+    """
+    features = llama_cpp.llama_print_system_info().decode(errors="replace")
+    if output_type not in _TINYBLAS_Q0_TYPES or "LLAMAFILE = 1" not in features:
+        return 1
+    if "AVX512 = 1" in features:
+        return 4
+    return 2 if "AVX = 1" in features else 1
 
 
 #: The OpenMP runtimes llama.cpp's CPU backend may be built with (GCC's, LLVM's, Intel's).
@@ -338,6 +362,12 @@ class LlamaModel:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._batch = llama_cpp.llama_batch_init(max(most, sequences), 0, 1)
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        try:
+            output_type = read_gguf_metadata(path).output_type
+        except (GgufError, OSError):
+            output_type = None
+        #: Rows of logits the kernels compute in one sweep over the output layer (``output_tile``).
+        self.output_tile: int = output_tile(output_type)
         #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._pieces: dict[int, bytes] = {}

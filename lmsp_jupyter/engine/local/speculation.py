@@ -37,6 +37,10 @@ _OWN_BASE_MS, _OWN_PER_TOKEN_MS = 19.0, 2.0
 #: What keeping a token's logits adds to a pass, in the model's output layer: 8 sequences' tokens
 #: against 8 prompt tokens (one of them with logits), 46.6 against 30.6 ms.
 LOGITS_MS = 2.3
+#: What a pass whose rows of logits are not a whole number of the output layer's tiles adds: a
+#: second sweep over its weights (``output_tile`` in ``engine/local/llama.py``; 11–17 ms
+#: measured with ``benchmarks/pass_sizes.py --widths``, in this model's scale).
+_LEFT_OVER_MS = 12.0
 #: A draft must promise this much more throughput than reading one token; what the cost model
 #: gets wrong on another CPU stays within it.
 _MARGIN = 1.1
@@ -48,14 +52,23 @@ _PRIOR_CONTEXT, _PRIOR_PREDICTION = 0.5, 0.9
 _LEARNING, _DRIFT = 0.2, 0.01
 
 
-def shared_pass_ms(sequences: int) -> float:
+def left_over_ms(rows: int, tile: int) -> float:
+    """What the cost model adds to a pass keeping ``rows`` rows of logits when the kernels
+    compute them ``tile`` at a time: nothing when they fill whole tiles, or fit in one."""
+    return _LEFT_OVER_MS if rows > tile and rows % tile else 0.0
+
+
+def shared_pass_ms(sequences: int, tile: int = 1) -> float:
     """The cost model of a pass reading one token of each of ``sequences`` sequences."""
-    return _SHARED_BASE_MS + _SHARED_PER_TOKEN_MS * sequences if sequences else 0.0
+    if not sequences:
+        return 0.0
+    return _SHARED_BASE_MS + _SHARED_PER_TOKEN_MS * sequences + left_over_ms(sequences, tile)
 
 
-def own_pass_ms(drafted: int) -> float:
+def own_pass_ms(drafted: int, tile: int = 1) -> float:
     """The cost model of a pass of its own reading a token and ``drafted`` draft tokens."""
-    return _OWN_BASE_MS + _OWN_PER_TOKEN_MS * (1 + drafted)
+    rows = 1 + drafted
+    return _OWN_BASE_MS + _OWN_PER_TOKEN_MS * rows + left_over_ms(rows, tile)
 
 
 def expected_accepted(rate: float, drafted: int) -> float:
@@ -76,9 +89,12 @@ class Drafter:
     """One sequence's drafts: its prediction first, then its own context, and its record of
     how many were kept."""
 
-    def __init__(self, tokens: list[int], prediction: Sequence[int] = ()) -> None:
+    def __init__(self, tokens: list[int], prediction: Sequence[int] = (), tile: int = 1) -> None:
+        """``tile``: the rows of logits the model's kernels compute at a time (``output_tile``
+        in ``engine/local/llama.py``), which the cost model weighs."""
         #: The sequence's tokens (its prompt, then its answer), growing as it is generated.
         self._tokens = tokens
+        self._tile = tile
         self._answer_start = len(tokens)
         self._indexed = 1  # n-grams ending before this index are in the table
         self._latest: dict[tuple[int, ...], int] = {}
@@ -154,18 +170,40 @@ class Drafter:
     def size(self, draft: Draft, sharing: int) -> int:
         """How many of ``draft``'s tokens to verify in a pass of the sequence's own, while
         ``sharing`` sequences (this one among them) would read their token in one pass; 0:
-        reading just its token in that pass is faster."""
-        rate = self.rates[draft.from_prediction]
-        without = sharing / shared_pass_ms(sharing)
+        reading just its token in that pass is faster.
+
+        A verification that would leave rows of logits over the kernels' last whole tile takes
+        draft tokens up to the next tile instead, when the draft has them: a second sweep over
+        the output layer costs more than the rows that fill the tile. Otherwise it keeps
+        whichever the cost model prefers, the whole tiles or the rows left over.
+        """
+        best = self._best(draft, sharing, 1)
+        rows, tile = 1 + best, self._tile
+        if best and rows > tile and rows % tile:
+            if best + tile - rows % tile <= len(draft.tokens):
+                return best + tile - rows % tile
+            whole = best - rows % tile
+            if self._gain(draft, sharing, whole, tile) > self._gain(draft, sharing, best, tile):
+                return whole
+        return best
+
+    def _best(self, draft: Draft, sharing: int, tile: int) -> int:
+        """The draft length the cost model gains most by, for kernels of ``tile`` rows."""
         best, best_gain = 0, _MARGIN
         for drafted in range(1, len(draft.tokens) + 1):
-            tokens = sharing + expected_accepted(rate, drafted)
-            gain = tokens / (shared_pass_ms(sharing - 1) + own_pass_ms(drafted)) / without
+            gain = self._gain(draft, sharing, drafted, tile)
             if gain > best_gain:
                 best, best_gain = drafted, gain
         if not best:
             self.idle()
         return best
+
+    def _gain(self, draft: Draft, sharing: int, drafted: int, tile: int) -> float:
+        """The cost model's throughput with ``drafted`` of ``draft``'s tokens verified, over
+        reading one token beside the ``sharing`` sequences; 1.0 for none."""
+        tokens = sharing + expected_accepted(self.rates[draft.from_prediction], drafted)
+        cost = shared_pass_ms(sharing - 1, tile) + own_pass_ms(drafted, tile)
+        return tokens / cost * shared_pass_ms(sharing, tile) / sharing
 
     def idle(self) -> None:
         """A step without drafts: the rates drift back toward their priors."""
