@@ -58,9 +58,8 @@ from benchmarks.harness.raw import RawRunner, Settings
 from benchmarks.serving import LlamaServer
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.gguf import read_gguf_metadata
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, output_tile
+from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, model_output_tile
 from lmsp_jupyter.engine.local.speculation import LOGITS_MS, own_pass_ms, shared_pass_ms
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
@@ -261,8 +260,7 @@ async def count_passes(tasks: list[dict[str, Any]], tokens: int) -> dict[str, di
     they verified (logits kept), draft tokens kept, and the passes' cost (ms, the engine's
     model)."""
     sides = {True: Side(True), False: Side(False)}
-    bundled = ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path()
-    tile = output_tile(read_gguf_metadata(bundled).output_type)
+    tile = model_output_tile(ModelCatalog(include_bundled=True).get(BUNDLED_MODEL_ID).path())
     figures: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     try:
         work = bodies(tasks, await first_turns(sides[False], tasks, tokens), tokens)

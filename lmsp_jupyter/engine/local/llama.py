@@ -128,6 +128,14 @@ def use_reference_kernels(ctx: Any) -> None:
     _KernelSwitch(ctx)
 
 
+@functools.cache
+def build_features() -> str:
+    """What llama.cpp's CPU backend was built with (``llama_print_system_info``:
+    ``"AVX2 = 1 | ... | LLAMAFILE = 1 | OPENMP = 1 | ..."``)."""
+    features: bytes = llama_cpp.llama_print_system_info()
+    return features.decode(errors="replace")
+
+
 def without_avx2() -> str | None:
     """Why an x86-64 build of llama.cpp without AVX2 kernels is not exact, if it is one.
 
@@ -135,7 +143,7 @@ def without_avx2() -> str | None:
     (measured with ``benchmarks/pass_sizes.py`` on a build with ``-DGGML_AVX2=OFF``); builds
     with AVX2 or AVX-512 give the same logits for every pass the engine makes.
     """
-    features = llama_cpp.llama_print_system_info().decode(errors="replace")
+    features = build_features()
     if "AVX = 1" in features and "AVX2 = 1" not in features:
         return (
             "llama.cpp was built without AVX2, and its kernels without AVX2 give a pass of a few "
@@ -160,12 +168,20 @@ def output_tile(output_type: int | None) -> int:
     and that second sweep costs a pass 11–17 ms on 2 cores: a verification of 5 to 7 tokens
     takes longer than one of 8 (``benchmarks/pass_sizes.py --widths``).
     """
-    features = llama_cpp.llama_print_system_info().decode(errors="replace")
+    features = build_features()
     if output_type not in _TINYBLAS_Q0_TYPES or "LLAMAFILE = 1" not in features:
         return 1
     if "AVX512 = 1" in features:
         return 4
     return 2 if "AVX = 1" in features else 1
+
+
+def model_output_tile(path: Path) -> int:
+    """``output_tile`` of the GGUF model at ``path``: 1 when its tensor table cannot be read."""
+    try:
+        return output_tile(read_gguf_metadata(path).output_type)
+    except (GgufError, OSError):
+        return 1
 
 
 #: The OpenMP runtimes llama.cpp's CPU backend may be built with (GCC's, LLVM's, Intel's).
@@ -177,7 +193,7 @@ _OMP_PAUSE_SOFT = 1
 def _openmp_pause() -> Callable[[], int] | None:
     """``omp_pause_resource_all(omp_pause_soft)`` of the OpenMP runtime this process has
     loaded for llama.cpp, if it has one (nothing is loaded here that is not loaded already)."""
-    if "OPENMP = 1" not in llama_cpp.llama_print_system_info().decode(errors="replace"):
+    if "OPENMP = 1" not in build_features():
         return None
     for name in _OPENMP_LIBRARIES:
         try:
@@ -362,12 +378,8 @@ class LlamaModel:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._batch = llama_cpp.llama_batch_init(max(most, sequences), 0, 1)
         self.vocab_size: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        try:
-            output_type = read_gguf_metadata(path).output_type
-        except (GgufError, OSError):
-            output_type = None
         #: Rows of logits the kernels compute in one sweep over the output layer (``output_tile``).
-        self.output_tile: int = output_tile(output_type)
+        self.output_tile: int = model_output_tile(path)
         #: KV cells of each sequence (llama.cpp rounds the request up to a multiple of 256).
         self.cells: int = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._pieces: dict[int, bytes] = {}

@@ -177,21 +177,21 @@ class Drafter:
         the output layer costs more than the rows that fill the tile. Otherwise it keeps
         whichever the cost model prefers, the whole tiles or the rows left over.
         """
-        best = self._best(draft, sharing, 1)
+        best = self._best(draft, sharing)
         rows, tile = 1 + best, self._tile
         if best and rows > tile and rows % tile:
-            if best + tile - rows % tile <= len(draft.tokens):
-                return best + tile - rows % tile
-            whole = best - rows % tile
+            filled, whole = best + tile - rows % tile, best - rows % tile
+            if filled <= len(draft.tokens):
+                return filled
             if self._gain(draft, sharing, whole, tile) > self._gain(draft, sharing, best, tile):
                 return whole
         return best
 
-    def _best(self, draft: Draft, sharing: int, tile: int) -> int:
-        """The draft length the cost model gains most by, for kernels of ``tile`` rows."""
+    def _best(self, draft: Draft, sharing: int) -> int:
+        """The draft length the cost model gains most by, whatever the kernels' tiles."""
         best, best_gain = 0, _MARGIN
         for drafted in range(1, len(draft.tokens) + 1):
-            gain = self._gain(draft, sharing, drafted, tile)
+            gain = self._gain(draft, sharing, drafted, 1)
             if gain > best_gain:
                 best, best_gain = drafted, gain
         if not best:
@@ -199,8 +199,8 @@ class Drafter:
         return best
 
     def _gain(self, draft: Draft, sharing: int, drafted: int, tile: int) -> float:
-        """The cost model's throughput with ``drafted`` of ``draft``'s tokens verified, over
-        reading one token beside the ``sharing`` sequences; 1.0 for none."""
+        """The cost model's throughput with ``drafted`` of ``draft``'s tokens verified in a pass
+        of the sequence's own, over its throughput reading its token beside the ``sharing``."""
         tokens = sharing + expected_accepted(self.rates[draft.from_prediction], drafted)
         cost = shared_pass_ms(sharing - 1, tile) + own_pass_ms(drafted, tile)
         return tokens / cost * shared_pass_ms(sharing, tile) / sharing
