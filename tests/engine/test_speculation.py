@@ -81,14 +81,31 @@ async def test_text_is_the_same_with_speculation_on_or_off_alone_batched_and_cac
 
     off = await alone(False)
     on = await alone(True)
-    # Beside other streams a sequence drafts only what is likely kept: predictions, right
-    # (even prompts) and wrong (odd ones: another prompt's answer), make it draft there.
+    # Predictions, right (even prompts) and wrong from half way (odd ones: their own answer's
+    # first half, then another prompt's answer), make sequences draft beside other streams.
+    answers = [text for text, _ in off]
     predicted = [
-        replace(p, prediction=off[i if i % 2 == 0 else (i + 1) % len(off)][0])
+        replace(
+            p,
+            prediction=answers[i]
+            if i % 2 == 0
+            else answers[i][: len(answers[i]) // 2] + answers[(i + 1) % len(answers)],
+        )
         for i, p in enumerate(params)
     ]
+    paired: list[tuple[str, GenerationDone]] = []
     batched: list[tuple[str, GenerationDone]] = []
     cached: list[tuple[str, GenerationDone]] = []
+    engine = new_engine(2)
+    try:
+        # Two streams: a prediction pays for its own pass whenever the drafter's record is its
+        # prior, whichever the other stream is doing; beside 8, a sequence drafts only while
+        # fewer are decoding (as the prompts happen to be admitted).
+        for start in range(0, len(prompts), 2):
+            group = list(zip(prompts, predicted, strict=True))[start : start + 2]
+            paired += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
+    finally:
+        engine.close()
     engine = new_engine(PARALLEL)
     try:
         for start in range(0, len(prompts), PARALLEL):
@@ -97,18 +114,16 @@ async def test_text_is_the_same_with_speculation_on_or_off_alone_batched_and_cac
             cached += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
     finally:
         engine.close()
-    texts = [text for text, _ in off]
-    assert len(set(texts)) > 5
-    assert [text for text, _ in on] == texts
-    assert [text for text, _ in batched] == texts
-    assert [text for text, _ in cached] == texts
+    assert len(set(answers)) > 5
+    for run in (on, paired, batched, cached):
+        assert [text for text, _ in run] == answers
     assert [done.output_tokens for _, done in on] == [done.output_tokens for _, done in off]
     assert all(done.accepted_draft_tokens == 0 for _, done in off)
     accepted = sum(done.accepted_draft_tokens for _, done in on)
     assert accepted > len(prompts)  # drafts were verified and kept
-    assert sum(done.accepted_prediction_tokens for _, done in batched + cached) > len(prompts)
-    assert sum(done.rejected_prediction_tokens for _, done in batched + cached) > 0
-    for _, done in on + batched + cached:
+    assert sum(done.accepted_prediction_tokens for _, done in paired) > len(prompts)
+    assert sum(done.rejected_prediction_tokens for _, done in paired) > 0
+    for _, done in on + paired + batched + cached:
         assert done.accepted_draft_tokens < done.output_tokens
 
 
