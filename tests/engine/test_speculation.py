@@ -93,6 +93,7 @@ async def test_text_is_the_same_with_speculation_on_or_off_alone_batched_and_cac
         )
         for i, p in enumerate(params)
     ]
+    requests = list(zip(prompts, predicted, strict=True))
     paired: list[tuple[str, GenerationDone]] = []
     batched: list[tuple[str, GenerationDone]] = []
     cached: list[tuple[str, GenerationDone]] = []
@@ -102,14 +103,14 @@ async def test_text_is_the_same_with_speculation_on_or_off_alone_batched_and_cac
         # prior, whichever the other stream is doing; beside 8, a sequence drafts only while
         # fewer are decoding (as the prompts happen to be admitted).
         for start in range(0, len(prompts), 2):
-            group = list(zip(prompts, predicted, strict=True))[start : start + 2]
+            group = requests[start : start + 2]
             paired += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
     finally:
         engine.close()
     engine = new_engine(PARALLEL)
     try:
         for start in range(0, len(prompts), PARALLEL):
-            group = list(zip(prompts, predicted, strict=True))[start : start + PARALLEL]
+            group = requests[start : start + PARALLEL]
             batched += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
             cached += await asyncio.gather(*(generate(engine, entry, p, s) for p, s in group))
     finally:
