@@ -22,7 +22,7 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -32,7 +32,7 @@ from lmsp_jupyter.engine.fim import FimTokens, fim_tokens
 from lmsp_jupyter.engine.gguf import GgufError, GgufMetadata, read_gguf_metadata
 from lmsp_jupyter.engine.memory import kv_bytes_per_token
 from lmsp_jupyter.protocol.errors import LmspError
-from lmsp_jupyter.protocol.models import ModelCapability
+from lmsp_jupyter.protocol.models import ModelCapability, ModelKind
 
 from .scans import Found, ModelSource, scan_directory, scan_huggingface, scan_ollama, warn_once
 
@@ -71,6 +71,8 @@ class ModelEntry:
     size_bytes: int
     context_length: int
     architecture: str
+    #: The Jinja chat template its prompts are rendered through: its GGUF's
+    #: ``tokenizer.chat_template``, or the one configured for it; ``None``: none.
     chat_template: str | None
     quantization: str | None = None
     #: Bytes of weights in the GGUF (its tensor data; the file size when unreadable).
@@ -89,6 +91,17 @@ class ModelEntry:
     available: bool = field(default=True, kw_only=True)
     #: Its fill-in-the-middle tokens, when its GGUF names them (:mod:`.fim`).
     fim: FimTokens | None = field(default=None, compare=False, kw_only=True)
+    #: The chat template of its Ollama manifest, in Ollama's own (Go) format, which this
+    #: service does not render.
+    ollama_template: str | None = field(default=None, compare=False, kw_only=True)
+
+    @property
+    def kind(self) -> ModelKind:
+        """``chat`` for a model with a chat template (in its GGUF, its Ollama manifest, or
+        configured) and for a remote server's (which renders its own), else ``base``."""
+        if self.source == "remote" or self.chat_template or self.ollama_template:
+            return "chat"
+        return "base"
 
     def path(self) -> Path:
         """The GGUF file to load (the first shard of a split model).
@@ -141,9 +154,15 @@ class ModelCatalog:
         ollama_dir: Path | None = None,
         huggingface_cache_dir: Path | None = None,
         include_bundled: bool = True,
+        chat_templates: Mapping[str, str] | None = None,
     ) -> None:
-        """Scan ``model_dirs``, the Ollama store and the HF cache (``None``: not scanned)."""
+        """Scan ``model_dirs``, the Ollama store and the HF cache (``None``: not scanned).
+
+        ``chat_templates`` (``LmspApp.chat_templates``) replaces what models' files say of
+        their chat template, by model id: a Jinja template, or ``""`` for none (a base model).
+        """
         self._model_dirs = tuple(Path(d) for d in model_dirs)
+        self._chat_templates = dict(chat_templates or {})
         self._ollama_dir = ollama_dir
         self._huggingface_cache_dir = huggingface_cache_dir
         self._include_bundled = include_bundled
@@ -224,18 +243,22 @@ class ModelCatalog:
         if metadata is None or metadata.architecture == _PROJECTOR_ARCHITECTURE:
             return None
         size_bytes = sum(st.st_size for st in stats)
+        chat_template, ollama_template = metadata.chat_template or None, found.template
+        if found.id in self._chat_templates:
+            chat_template, ollama_template = self._chat_templates[found.id] or None, None
         entry = ModelEntry(
             id=found.id,
             source=found.source,
             size_bytes=size_bytes,
             context_length=metadata.context_length or DEFAULT_CONTEXT_LENGTH,
             architecture=metadata.architecture,
-            chat_template=metadata.chat_template,
+            chat_template=chat_template,
             quantization=metadata.quantization,
             weights_bytes=metadata.tensor_bytes or size_bytes,
             kv_bytes_per_token=kv_bytes_per_token(metadata.architecture, metadata.values),
             location=found.location,
             fim=fim_tokens(metadata.values),
+            ollama_template=ollama_template,
         )
         return entry, (stats[0].st_dev, stats[0].st_ino)
 

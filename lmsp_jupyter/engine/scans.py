@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 ModelSource = Literal["bundled", "directory", "ollama", "huggingface", "remote"]
 
 _OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
+_OLLAMA_TEMPLATE_MEDIA_TYPE = "application/vnd.ollama.image.template"
+#: The template Ollama gives a model whose Modelfile sets none: the prompt as it is.
+OLLAMA_PLAIN_TEMPLATE = "{{ .Prompt }}"
 _OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
 _OLLAMA_DEFAULT_NAMESPACE = "library"
 _SHA256_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
@@ -44,6 +47,9 @@ class Found:
     files: tuple[Path, ...]  # all files of the model; the header starts in files[0]
     location: Path | Callable[[], Path]
     chained: bool = False  # the files are consecutive chunks of one GGUF file
+    #: The chat template of an Ollama model's manifest (Ollama's own Go template), unless it
+    #: is Ollama's plain ``{{ .Prompt }}``.
+    template: str | None = None
 
 
 # --- shared file rules -----------------------------------------------------------------------
@@ -120,13 +126,19 @@ def scan_ollama(ollama_dir: Path) -> Iterator[Found]:
             continue
         host, namespace, model, tag = manifest.relative_to(manifests).parts
         model_id = _ollama_id(host, namespace, model, tag)
-        blob = _ollama_blob(ollama_dir, manifest)
+        try:
+            document = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            warn_once("skipping Ollama manifest %s: %s", manifest, exc)
+            continue
+        blob = _ollama_blob(ollama_dir, manifest, document)
         if blob is None:
             continue
         if not blob.is_file():
             warn_once("skipping Ollama model %r: blob %s is missing", model_id, blob)
             continue
-        yield Found(model_id, "ollama", (blob,), blob)
+        template = _ollama_template(ollama_dir, document)
+        yield Found(model_id, "ollama", (blob,), blob, template=template)
 
 
 def _ollama_id(host: str, namespace: str, model: str, tag: str) -> str:
@@ -137,12 +149,11 @@ def _ollama_id(host: str, namespace: str, model: str, tag: str) -> str:
     return f"{model}:{tag}"
 
 
-def _ollama_blob(ollama_dir: Path, manifest: Path) -> Path | None:
-    """The model blob an Ollama manifest names, or ``None`` (with a warning) if it names none."""
-    try:
-        digest = _ollama_model_digest(json.loads(manifest.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        warn_once("skipping Ollama manifest %s: %s", manifest, exc)
+def _ollama_blob(ollama_dir: Path, manifest: Path, document: object) -> Path | None:
+    """The model blob of the parsed ``manifest``, or ``None`` (with a warning) if it names none."""
+    digest = _ollama_digest(document, _OLLAMA_MODEL_MEDIA_TYPE)
+    if digest is None:
+        warn_once("skipping Ollama manifest %s: no model layer", manifest)
         return None
     match = _SHA256_DIGEST.fullmatch(digest)
     if match is None:
@@ -151,15 +162,28 @@ def _ollama_blob(ollama_dir: Path, manifest: Path) -> Path | None:
     return ollama_dir / "blobs" / f"sha256-{match[1]}"
 
 
-def _ollama_model_digest(document: object) -> str:
-    """The digest of the model layer of a parsed manifest; ``ValueError`` if it has none."""
+def _ollama_template(ollama_dir: Path, document: object) -> str | None:
+    """The chat template a parsed manifest names, unless it has none, its blob is unreadable or
+    it is Ollama's plain one (a base model's: the prompt as it is)."""
+    match = _SHA256_DIGEST.fullmatch(_ollama_digest(document, _OLLAMA_TEMPLATE_MEDIA_TYPE) or "")
+    if match is None:
+        return None
+    try:
+        template = (ollama_dir / "blobs" / f"sha256-{match[1]}").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    return None if template.strip() in ("", OLLAMA_PLAIN_TEMPLATE) else template
+
+
+def _ollama_digest(document: object, media_type: str) -> str | None:
+    """The digest of the layer of ``media_type`` in a parsed manifest, if it has one."""
     layers = document.get("layers") if isinstance(document, dict) else None
     for layer in layers if isinstance(layers, list) else ():
-        if isinstance(layer, dict) and layer.get("mediaType") == _OLLAMA_MODEL_MEDIA_TYPE:
+        if isinstance(layer, dict) and layer.get("mediaType") == media_type:
             digest = layer.get("digest")
             if isinstance(digest, str):
                 return digest
-    raise ValueError("no model layer")
+    return None
 
 
 # --- Hugging Face ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
+from ..protocol.models import EXTENSION_KEY, Model
 from .answer import Answer
 from .options import parse_ask
 from .session import KernelSession
@@ -72,7 +73,7 @@ class LmspMagics(Magics):
             return self.session.edit(parse_ask(rest))
         if command == "models" and not rest:
             for model in self.session.models():
-                print(f"{model.id}  {model.status}  {model.context_length}", *model.capabilities)
+                print(_model_line(model))
         elif command == "tasks" and not rest:
             for task in self.session.tasks():
                 print(task.id, f"{task.status:<11}", _when(task.created_at))
@@ -93,6 +94,15 @@ _USAGE = {
     "cancel": "cancel [id]",
     "resume": "resume <task_id>",
 }
+
+
+def _model_line(model: Model) -> str:
+    """A model as ``%lmsp models`` lists it: id, status, context window, kind (``chat``, or
+    ``base``: it continues the text as written) and capabilities."""
+    own = (model.extensions or {}).get(EXTENSION_KEY)
+    kind = own.kind if own is not None else None
+    fields = [model.id, model.status, str(model.context_length), kind]
+    return " ".join(["  ".join(field for field in fields if field), *model.capabilities])
 
 
 def _when(timestamp: int) -> str:

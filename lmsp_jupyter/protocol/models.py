@@ -24,6 +24,9 @@ Scope = Literal[
     "tools:execute",
 ]
 ModelStatus = Literal["available", "loading", "loaded", "unavailable"]
+#: ``chat``: a model with a chat template, whose prompts are rendered through it; ``base``: a
+#: model without one, whose prompt is the text as written (a conversation: a plain transcript).
+ModelKind = Literal["chat", "base"]
 #: The key of this service's own additions in ``extensions`` objects (LMSP 1.0 section 9.1).
 EXTENSION_KEY: Final = "x-lmsp-jupyter"
 
@@ -67,6 +70,13 @@ class ModelExtension(BaseModel):
     """This service's additions to a model object, under ``extensions["x-lmsp-jupyter"]``;
     only those that are set are sent."""
 
+    kind: ModelKind | None = Field(
+        default=None,
+        description="`chat`: the model has a chat template (in its GGUF, its Ollama manifest, "
+        "or configured) and its prompts are rendered through it; `base`: it has none and "
+        "continues the text as written (a conversation as a plain transcript). Absent for a "
+        "model that only embeds.",
+    )
     loading: LoadingProgress | None = None
     inexact: str | None = Field(
         default=None,

@@ -313,6 +313,18 @@ class LmspApp(ExtensionApp):
         "Nomic, EmbeddingGemma) embed with their own pooling without being named here.",
     ).tag(config=True)
 
+    chat_templates = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        default_value={},
+        help="Chat templates by model id, in place of what the model's files say: a Jinja "
+        "template (as a GGUF's tokenizer.chat_template) makes it a chat model whose prompts "
+        "are rendered through it; an empty string makes it a base model, whose prompt is the "
+        "text as written (a conversation: a plain transcript; docs/base-models.md). A model "
+        "is a chat model when its GGUF or Ollama manifest has a chat template, else a base "
+        "model: {'my-base-model': '', 'my-chat-model': '{% for m in messages %}...'}.",
+    ).tag(config=True)
+
     ollama_address = Unicode(
         "",
         help="Also serve Ollama's API (listing and generation only) on this host:port, for "
@@ -396,6 +408,7 @@ class LmspApp(ExtensionApp):
                 if self.huggingface_cache_dir
                 else None
             ),
+            chat_templates=self.chat_templates,
         )
         build: Callable[..., GenerationBackend] = self.engine_class  # a class, not the Protocol
         local = build(parent=self, log=self.log)

@@ -76,8 +76,9 @@ class ModelDirectory:
         return "available" if entry.available else "unavailable"
 
     def describe(self, entry: ModelEntry) -> Model:
-        """The model object of ``entry``: ``loading`` too while its GGUF file is assembled, and
-        why its text at temperature 0 may vary where it may."""
+        """The model object of ``entry``: its kind (chat or base), ``loading`` too while its GGUF
+        file is assembled, and why its text at temperature 0 may vary where it may."""
+        kind = None if self.capabilities(entry) == ["embedding"] else entry.kind
         if entry.source == "remote":  # the remote server owns its memory
             return Model(
                 id=entry.id,
@@ -87,16 +88,18 @@ class ModelDirectory:
                 status=self._remote_status(entry),
                 format=None,
                 size_bytes=None,
+                extensions={EXTENSION_KEY: ModelExtension(kind=kind)},
             )
         state = self.manager.state(entry.id)
         assembly = bundled_progress() if entry.source == "bundled" else None
         own = ModelExtension(
+            kind=kind,
             loading=LoadingProgress(stage=assembly.stage, fraction=assembly.fraction)
             if assembly is not None
             else None,
             inexact=self.engine.inexact(entry),
         )
-        extensions = {EXTENSION_KEY: own} if own.loading or own.inexact else None
+        extensions = {EXTENSION_KEY: own} if kind or own.loading or own.inexact else None
         return Model(
             id=entry.id,
             created=_created(entry),

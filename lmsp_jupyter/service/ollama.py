@@ -7,6 +7,7 @@ import hashlib
 
 from ..engine.catalog import ModelEntry
 from ..engine.embedding import embedding_window
+from ..engine.scans import OLLAMA_PLAIN_TEMPLATE
 from ..protocol.errors import LmspError
 from ..protocol.models import Model
 from ..protocol.ollama_answers import (
@@ -113,12 +114,12 @@ class OllamaModels:
         return OllamaRunningList(models=running)
 
     def show(self, name: str) -> OllamaShow:
-        """``/api/show``: a model's details, ``model_info`` and capabilities."""
+        """``/api/show``: a model's template, details, ``model_info`` and capabilities."""
         entry = self.entry(name)
         model = self.models.describe(entry)
         architecture = entry.architecture or "unknown"
         return OllamaShow(
-            template=entry.chat_template or "",
+            template=_template(entry),
             details=_details(entry),
             model_info={
                 "general.architecture": architecture,
@@ -129,6 +130,14 @@ class OllamaModels:
             capabilities=self.capabilities(entry),
             modified_at=timestamp(model.created),
         )
+
+
+def _template(entry: ModelEntry) -> str:
+    """A model's chat template; a base model's is Ollama's own for a model that has none,
+    ``{{ .Prompt }}``: the prompt as it is."""
+    if entry.kind == "base":
+        return OLLAMA_PLAIN_TEMPLATE
+    return entry.chat_template or entry.ollama_template or ""
 
 
 def _details(entry: ModelEntry) -> OllamaModelDetails:

@@ -31,23 +31,34 @@ TEMPLATE = "{{ messages }}"
 BUNDLED_SIZE = 253_113_024
 
 
-def model_bytes(name: str, arch: str = "llama", context_length: int | None = 4096) -> bytes:
+def model_bytes(
+    name: str,
+    arch: str = "llama",
+    context_length: int | None = 4096,
+    chat_template: str | None = TEMPLATE,
+) -> bytes:
     """A small GGUF file; ``name`` makes each file's content distinct."""
     window = {} if context_length is None else {f"{arch}.context_length": context_length}
+    template = {} if chat_template is None else {"tokenizer.chat_template": chat_template}
     metadata = {
         "general.architecture": arch,
         "general.name": name,
         "general.file_type": 15,
-        "tokenizer.chat_template": TEMPLATE,
+        **template,
         **window,
     }
     return gguf_bytes(metadata, vocab_size=50)
 
 
-def model_file(path: Path, arch: str = "llama", context_length: int | None = 4096) -> Path:
+def model_file(
+    path: Path,
+    arch: str = "llama",
+    context_length: int | None = 4096,
+    chat_template: str | None = TEMPLATE,
+) -> Path:
     """Write a small GGUF model at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(model_bytes(str(path), arch, context_length))
+    path.write_bytes(model_bytes(str(path), arch, context_length, chat_template))
     return path
 
 
@@ -218,15 +229,26 @@ def test_missing_directory_lists_nothing(tmp_path: Path) -> None:
 
 
 def ollama_model(
-    ollama_dir: Path, name: str, *, write_blob: bool = True, context_length: int = 40960
+    ollama_dir: Path,
+    name: str,
+    *,
+    write_blob: bool = True,
+    context_length: int = 40960,
+    chat_template: str | None = TEMPLATE,
+    template: str | None = None,
 ) -> Path:
-    """Lay out an Ollama model ``host/namespace/model/tag``; return its blob path."""
-    data = model_bytes(name, arch="qwen3", context_length=context_length)
+    """Lay out an Ollama model ``host/namespace/model/tag`` (its template layer's blob holding
+    ``template``, absent when ``None``); return its blob path."""
+    data = model_bytes(name, "qwen3", context_length, chat_template)
     digest = hashlib.sha256(data).hexdigest()
     blob = ollama_dir / "blobs" / f"sha256-{digest}"
     blob.parent.mkdir(parents=True, exist_ok=True)
     if write_blob:
         blob.write_bytes(data)
+    template_digest = "d" * 64
+    if template is not None:
+        template_digest = hashlib.sha256(template.encode()).hexdigest()
+        (ollama_dir / "blobs" / f"sha256-{template_digest}").write_text(template)
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
@@ -243,7 +265,7 @@ def ollama_model(
             },
             {
                 "mediaType": "application/vnd.ollama.image.template",
-                "digest": "sha256:" + "d" * 64,
+                "digest": f"sha256:{template_digest}",
                 "size": 1000,
             },
         ],
@@ -334,6 +356,63 @@ def test_bad_ollama_manifests_are_skipped_with_a_warning(
 
 def test_missing_ollama_dir_lists_nothing(tmp_path: Path) -> None:
     assert ids(ollama_catalog(tmp_path / "nothing")) == []
+
+
+# --- kinds -----------------------------------------------------------------------------------
+
+GO_TEMPLATE = "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>{{ end }}{{ .Prompt }}"
+
+
+def kinds(catalog: ModelCatalog) -> dict[str, str]:
+    return {entry.id: entry.kind for entry in catalog.list()}
+
+
+def test_a_model_with_a_chat_template_in_its_gguf_is_a_chat_model(tmp_path: Path) -> None:
+    model_file(tmp_path / "chat.gguf")
+    model_file(tmp_path / "base.gguf", chat_template=None)
+    model_file(tmp_path / "empty.gguf", chat_template="")
+
+    catalog = directory_catalog(tmp_path)
+
+    assert kinds(catalog) == {"base": "base", "chat": "chat", "empty": "base"}
+    assert catalog.get("empty").chat_template is None
+
+
+def test_an_ollama_manifests_template_makes_a_chat_model_unless_it_is_the_plain_one(
+    tmp_path: Path,
+) -> None:
+    library = "registry.ollama.ai/library"
+    ollama_model(tmp_path, f"{library}/chat/go", chat_template=None, template=GO_TEMPLATE)
+    ollama_model(tmp_path, f"{library}/plain/go", chat_template=None, template="{{ .Prompt }}\n")
+    ollama_model(tmp_path, f"{library}/none/go", chat_template=None)
+
+    catalog = ollama_catalog(tmp_path)
+
+    assert kinds(catalog) == {"chat:go": "chat", "none:go": "base", "plain:go": "base"}
+    assert catalog.get("chat:go").ollama_template == GO_TEMPLATE
+    assert catalog.get("chat:go").chat_template is None
+
+
+def test_a_configured_chat_template_replaces_what_the_files_say(tmp_path: Path) -> None:
+    model_file(tmp_path / "chat.gguf")
+    model_file(tmp_path / "base.gguf", chat_template=None)
+    ollama_model(tmp_path / "ollama", "registry.ollama.ai/library/go/1b", template=GO_TEMPLATE)
+    configured = {"chat": "", "base": "{{ messages[0].content }}", "go:1b": ""}
+
+    catalog = ModelCatalog(
+        model_dirs=[tmp_path],
+        ollama_dir=tmp_path / "ollama",
+        include_bundled=False,
+        chat_templates=configured,
+    )
+
+    assert kinds(catalog) == {"base": "chat", "chat": "base", "go:1b": "base"}
+    assert catalog.get("base").chat_template == "{{ messages[0].content }}"
+    assert (catalog.get("chat").chat_template, catalog.get("go:1b").ollama_template) == (None, None)
+
+
+def test_the_bundled_model_is_a_base_model(bundled_model_path: Path) -> None:
+    assert ModelCatalog().get(BUNDLED_MODEL_ID).kind == "base"
 
 
 # --- Hugging Face ----------------------------------------------------------------------------

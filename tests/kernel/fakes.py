@@ -20,7 +20,7 @@ from lmsp_jupyter.protocol.events import (
     ResponseEvent,
 )
 from lmsp_jupyter.protocol.items import OutputFunctionCall, OutputItem, OutputMessage, OutputText
-from lmsp_jupyter.protocol.models import Model
+from lmsp_jupyter.protocol.models import EXTENSION_KEY, Model, ModelExtension
 from lmsp_jupyter.protocol.responses import Response, Usage
 from lmsp_jupyter.protocol.tasks import Task
 
@@ -65,8 +65,22 @@ class ScriptedClient:
 
     def models(self) -> list[Model]:
         return [
-            Model(id="m", context_length=32, capabilities=[], status="available", size_bytes=1),
-            Model(id="loaded", context_length=32, capabilities=[], status="loaded", size_bytes=1),
+            Model(
+                id="m",
+                context_length=32,
+                capabilities=["streaming"],
+                status="available",
+                size_bytes=1,
+                extensions={EXTENSION_KEY: ModelExtension(kind="base")},
+            ),
+            Model(
+                id="loaded",
+                context_length=32,
+                capabilities=["streaming", "tools"],
+                status="loaded",
+                size_bytes=1,
+                extensions={EXTENSION_KEY: ModelExtension(kind="chat")},
+            ),
         ]
 
     def create_task(self, request: Mapping[str, Any]) -> Task:

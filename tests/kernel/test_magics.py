@@ -169,7 +169,9 @@ def test_terminal_asks_before_running_a_tool(
     assert shell.client.requests[1]["tool_choice"] == "auto"
 
 
-def test_models_and_tasks_are_listed(make_shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_models_with_their_kind_and_tasks_are_listed(
+    make_shell: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell = make_shell(Turn(deltas=("a",)))
     shell.lmsp("ask hi")
     capsys.readouterr()
@@ -177,7 +179,9 @@ def test_models_and_tasks_are_listed(make_shell: Any, capsys: pytest.CaptureFixt
     shell.lmsp("tasks")
     when = datetime.datetime.fromtimestamp(0).isoformat(sep=" ", timespec="seconds")
     assert capsys.readouterr().out == (
-        f"m  available  32\nloaded  loaded  32\ntask_1 completed   {when}\n"
+        "m  available  32  base streaming\n"
+        "loaded  loaded  32  chat streaming tools\n"
+        f"task_1 completed   {when}\n"
     )
 
 

@@ -30,7 +30,7 @@ def test_the_module_prints_the_reference() -> None:
 
 def test_every_configurable_trait_has_one_section_with_its_help() -> None:
     page = reference()
-    for cls, count in ((LmspApp, 30), (LocalEngine, 5), (ModelManager, 3)):
+    for cls, count in ((LmspApp, 31), (LocalEngine, 5), (ModelManager, 3)):
         own = cls.class_own_traits(config=True, moved_to=None)
         assert page.count(f"\n## `{cls.__name__}.") == len(own) == count
     assert "## `LocalEngine.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page

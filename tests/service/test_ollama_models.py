@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from lmsp_jupyter.engine.catalog import ModelCatalog
 from lmsp_jupyter.protocol.errors import LmspError
+from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.ollama import OllamaModels
+from tests.chat_template import GEMMA_TEMPLATE
+from tests.doubles import ScriptedEngine
+from tests.engine.gguf_files import write_gguf
 from tests.service.test_embedding_models import directory
 
 
@@ -39,3 +44,19 @@ def test_show_has_the_context_length_under_the_family(tmp_path: Path) -> None:
 
 def test_ps_lists_no_model_that_is_not_loaded(tmp_path: Path) -> None:
     assert OllamaModels(directory(tmp_path)).running().models == []
+
+
+def test_show_gives_a_chat_models_template_and_a_base_models_prompt_as_it_is(
+    tmp_path: Path,
+) -> None:
+    directory(tmp_path)
+    write_gguf(
+        tmp_path / "chat.gguf",
+        {"general.architecture": "llama", "tokenizer.chat_template": GEMMA_TEMPLATE},
+    )
+    models = OllamaModels(
+        ModelDirectory(ModelCatalog(model_dirs=[tmp_path], include_bundled=False), ScriptedEngine())
+    )
+    assert models.show("chat").template == GEMMA_TEMPLATE
+    assert models.show("tiny").template == "{{ .Prompt }}"
+    assert models.show("chat").capabilities == models.show("tiny").capabilities
