@@ -65,6 +65,17 @@ def fim_model_path(tmp_path_factory: pytest.TempPathFactory, bundled_model_path:
 
 
 @pytest.fixture(scope="session")
+def chat_model_path(tmp_path_factory: pytest.TempPathFactory, bundled_model_path: Path) -> Path:
+    """The bundled model made a chat model: Gemma's turn format as the chat template in its
+    GGUF metadata, alone in a directory (``chat/model.gguf``, listed as ``model``)."""
+    from tests.chat_template import GEMMA_TEMPLATE
+    from tests.engine.gguf_files import with_metadata
+
+    target = tmp_path_factory.mktemp("chat") / "model.gguf"
+    return with_metadata(bundled_model_path, target, {"tokenizer.chat_template": GEMMA_TEMPLATE})
+
+
+@pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL server of the tests' own (tests/postgres.py); skips the test when there is
     none to start."""

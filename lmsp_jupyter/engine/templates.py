@@ -1,4 +1,5 @@
-"""Chat templates: the GGUF's own Jinja template, sandboxed, or a fallback per architecture."""
+"""A conversation as prompt text: a chat model's own Jinja template, sandboxed, or a base
+model's plain transcript (no template is ever invented for a model that has none)."""
 
 from __future__ import annotations
 
@@ -12,36 +13,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .generation import ChatMessage, ToolSpec
 
-# Whitespace control (``-``) is used only where no newline of the format sits beside a tag.
-GEMMA_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% if messages and messages[0].role == 'system' %}"
-    "{% set prefix = messages[0].content + '\n\n' %}{% set turns = messages[1:] %}"
-    "{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
-    "{% for m in turns %}"
-    "<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n"
-    "{{ prefix if loop.first else '' }}{{ m.content | trim }}<end_of_turn>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
-
-CHATML_TEMPLATE = (
-    "{% for m in messages %}"
-    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-_FALLBACKS = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE}
-
 
 class ChatTemplateError(ValueError):
     """The template refused the conversation (for example roles that do not alternate)."""
-
-
-def fallback_template(architecture: str) -> str:
-    """The template used for a model whose GGUF carries none."""
-    return _FALLBACKS.get(architecture, CHATML_TEMPLATE)
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -145,3 +119,22 @@ def _plain(message: ChatMessage, native_tools: bool) -> dict[str, Any]:
         for call in message.tool_calls
     )
     return {"role": message.role, "content": message.content + calls}
+
+
+def transcript(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+    """A base model's prompt text for ``messages``: the conversation as plain text for it to
+    continue, with no role markers (``docs/base-models.md``).
+
+    One user message alone is its text as written. Otherwise the turns follow each other in
+    order (system text, and the tools described as a template without tools has them, first):
+    a turn the model wrote continues the text before it exactly as it was written (its calls
+    in the ``<tool_call>`` format), and every other turn starts on a new line.
+    """
+    if tools:
+        messages = _with_tool_instructions(messages, tools)
+    text = ""
+    for message in messages:
+        if message.role != "assistant" and text and not text.endswith("\n"):
+            text += "\n"
+        text += _plain(message, native_tools=False)["content"]
+    return text

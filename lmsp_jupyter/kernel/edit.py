@@ -2,8 +2,8 @@
 
 The request is the shared edit prompt (:mod:`lmsp_jupyter.protocol.cell_edit`) sent as the user
 text of an ask, stopped at the closing fence, with the old source as its predicted output. Tasks
-carry Responses requests only, so the prompt goes through the model's chat template rather than
-raw; the JupyterLab command sends the same text raw.
+carry Responses requests only, so a chat model gets the prompt through its chat template; a base
+model gets the text as written, the prompt the JupyterLab command sends raw.
 """
 
 from __future__ import annotations

@@ -19,6 +19,12 @@ def entry(bundled_model_path: Path) -> ModelEntry:
 
 
 @pytest.fixture(scope="module")
+def chat_entry(chat_model_path: Path) -> ModelEntry:
+    """The catalog entry of the bundled model made a chat model (``chat_model_path``)."""
+    return ModelCatalog(model_dirs=[chat_model_path.parent], include_bundled=False).get("model")
+
+
+@pytest.fixture(scope="module")
 def tokenizer(entry: ModelEntry) -> Iterator[LlamaTokenizer]:
     tokenizer = LlamaTokenizer(entry.path())
     yield tokenizer

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp
@@ -26,7 +27,8 @@ from lmsp_jupyter.engine.generation import (
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, LlamaTokenizer, output_tile
-from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
+from lmsp_jupyter.engine.templates import ChatTemplate
+from tests.chat_template import GEMMA_TEMPLATE
 from tests.engine.conftest import prompt_of
 
 THREADS = min(os.cpu_count() or 1, 4)
@@ -65,10 +67,10 @@ def test_tokenizer_reads_bos_and_eos_tokens(tokenizer: LlamaTokenizer) -> None:
 
 
 def test_rendered_gemma_prompt_starts_with_bos_and_has_start_of_turn_as_one_token(
-    entry: ModelEntry, tokenizer: LlamaTokenizer
+    tokenizer: LlamaTokenizer,
 ) -> None:
     template = ChatTemplate(
-        fallback_template(entry.architecture),
+        GEMMA_TEMPLATE,
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
     )
@@ -125,25 +127,39 @@ async def collect(
     return [event async for event in engine.generate(entry, prompt, params, CancelToken())]
 
 
-async def test_engine_render_applies_the_models_template_and_tokenizer(
-    engine: LocalEngine, entry: ModelEntry, tokenizer: LlamaTokenizer
+async def test_engine_render_applies_a_chat_models_template_and_tokenizer(
+    engine: LocalEngine, chat_entry: ModelEntry, tokenizer: LlamaTokenizer
 ) -> None:
-    prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
+    prompt = await engine.render(chat_entry, [ChatMessage(role="user", content="Hi")])
     assert prompt.text == GEMMA_HI
     assert prompt.tokens == tokenizer.tokenize(GEMMA_HI)
     assert prompt.stable_until is None  # a first turn: no answer yet
 
 
-async def test_a_rendered_follow_up_says_where_its_first_answer_starts(
+async def test_engine_render_gives_a_base_model_the_raw_prompt_of_the_text(
     engine: LocalEngine, entry: ModelEntry
 ) -> None:
+    prompt = await engine.render(entry, [ChatMessage(role="user", content="Hi")])
+    assert prompt == await engine.render_text(entry, "Hi")
+    assert (prompt.text, prompt.tokens, prompt.raw) == ("Hi", [BOS_ID, 10979], True)
+
+
+@pytest.mark.parametrize("kind", ["base", "chat"])
+async def test_a_rendered_follow_up_says_where_its_first_answer_starts(
+    engine: LocalEngine, entry: ModelEntry, chat_entry: ModelEntry, kind: str
+) -> None:
+    model = entry if kind == "base" else chat_entry
     first = [ChatMessage(role="user", content="Hi")]
-    follow = [*first, ChatMessage("assistant", "Hello!"), ChatMessage("user", "And you?")]
-    asked = await engine.render(entry, first)
-    prompt = await engine.render(entry, follow)
+    follow = [*first, ChatMessage("assistant", " there!"), ChatMessage("user", "And you?")]
+    asked = await engine.render(model, first)
+    prompt = await engine.render(model, follow)
     # The first turn's prompt, as it was answered: the follow-up reads it as it was read then.
     assert prompt.stable_until == len(asked.tokens)
     assert prompt.tokens[: len(asked.tokens)] == asked.tokens
+    if kind == "base":  # the transcript: the answer goes on from its prompt, a turn starts a line
+        assert prompt == replace(
+            await engine.render_text(model, "Hi there!\nAnd you?"), stable_until=len(asked.tokens)
+        )
 
 
 async def test_engine_loads_the_model_on_first_generation(entry: ModelEntry) -> None:

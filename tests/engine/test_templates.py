@@ -1,4 +1,5 @@
-"""Tests for chat templates: the fallback per architecture and the sandbox GGUF templates use."""
+"""Tests for prompts from conversations: chat templates in the sandbox GGUF templates use, and a
+base model's plain transcript."""
 
 from __future__ import annotations
 
@@ -7,37 +8,25 @@ from typing import Literal
 
 import pytest
 
-from lmsp_jupyter.engine.generation import ChatMessage
-from lmsp_jupyter.engine.templates import (
-    CHATML_TEMPLATE,
-    GEMMA_TEMPLATE,
-    ChatTemplate,
-    ChatTemplateError,
-    fallback_template,
-)
+from lmsp_jupyter.engine.generation import ChatMessage, ToolSpec
+from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, transcript
+from tests.chat_template import GEMMA_TEMPLATE
 
 HI = [ChatMessage(role="user", content="Hi")]
+CHATML_TEMPLATE = (
+    "{% for m in messages %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def gemma() -> ChatTemplate:
-    return ChatTemplate(fallback_template("gemma3"), bos_token="<bos>", eos_token="<eos>")
+    return ChatTemplate(GEMMA_TEMPLATE, bos_token="<bos>", eos_token="<eos>")
 
 
 def compiled(source: str) -> ChatTemplate:
     return ChatTemplate(source, bos_token="<bos>", eos_token="<eos>")
-
-
-# --- fallbacks ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("architecture", ["gemma", "gemma2", "gemma3"])
-def test_gemma_architectures_fall_back_to_the_gemma_template(architecture: str) -> None:
-    assert fallback_template(architecture) == GEMMA_TEMPLATE
-
-
-@pytest.mark.parametrize("architecture", ["llama", "qwen2", "phi3", ""])
-def test_unknown_architecture_falls_back_to_chatml(architecture: str) -> None:
-    assert fallback_template(architecture) == CHATML_TEMPLATE
 
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -99,7 +88,7 @@ def test_gemma_template(messages: list[ChatMessage], prompt: bool, rendered: str
 
 
 def test_chatml_template_renders_every_role_and_the_assistant_prompt() -> None:
-    template = ChatTemplate(fallback_template("llama"), bos_token="<s>", eos_token="</s>")
+    template = ChatTemplate(CHATML_TEMPLATE, bos_token="<s>", eos_token="</s>")
     messages = [
         ChatMessage(role="system", content="S"),
         ChatMessage(role="user", content="Hi"),
@@ -111,6 +100,55 @@ def test_chatml_template_renders_every_role_and_the_assistant_prompt() -> None:
         "<|im_start|>assistant\nYo<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
+
+
+# --- a base model's transcript -----------------------------------------------------------------
+
+#: name: (messages, their transcript)
+TRANSCRIPTS: dict[str, tuple[list[ChatMessage], str]] = {
+    "one_user_message_is_its_text_as_written": (
+        chat(("user", "  Country: France -> Capital:")),
+        "  Country: France -> Capital:",
+    ),
+    "an_answer_continues_the_text_before_it_and_the_next_turn_starts_a_line": (
+        chat(("user", "1, 2, 3"), ("assistant", ", 4, 5"), ("user", "10, 20")),
+        "1, 2, 3, 4, 5\n10, 20",
+    ),
+    "no_line_is_added_after_a_text_that_ends_one": (
+        chat(("user", "a\n"), ("assistant", "b\n"), ("user", "c")),
+        "a\nb\nc",
+    ),
+    "system_text_comes_first_on_its_own_line": (
+        chat(("system", "Capitals of Europe."), ("user", "France: Paris")),
+        "Capitals of Europe.\nFrance: Paris",
+    ),
+    "a_tool_output_starts_a_line_after_its_call": (
+        [
+            ChatMessage("user", "Weather?"),
+            ChatMessage(
+                "assistant",
+                "",
+                ({"id": "c", "type": "function", "function": {"name": "w", "arguments": {}}},),
+            ),
+            ChatMessage("tool", "sunny", tool_call_id="c"),
+        ],
+        'Weather?<tool_call>{"name": "w", "arguments": {}}</tool_call>\nsunny',
+    ),
+}
+
+
+@pytest.mark.parametrize(("messages", "text"), TRANSCRIPTS.values(), ids=TRANSCRIPTS.keys())
+def test_transcript(messages: list[ChatMessage], text: str) -> None:
+    assert transcript(messages) == text
+
+
+def test_a_transcript_with_tools_describes_them_first_and_has_no_role_markers() -> None:
+    spec = ToolSpec("get_weather", "The weather in a city.", {"type": "object"})
+    text = transcript(chat(("user", "Weather in Paris?")), [spec])
+    assert text.startswith("You may call these functions:\n")
+    assert json.dumps(spec.as_template_dict()) in text
+    assert text.endswith("</tool_call>\nWeather in Paris?")
+    assert "<start_of_turn>" not in text and "user" not in text.lower().split()
 
 
 # --- GGUF templates ----------------------------------------------------------------------------

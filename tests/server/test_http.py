@@ -225,10 +225,9 @@ def test_sync_response_object(client: httpx.Client) -> None:
 
 
 def test_usage_counts_the_models_own_prompt_tokens(client: httpx.Client) -> None:
-    # "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n" in Gemma's tokens:
-    # <bos> <start_of_turn> user \n Hi <end_of_turn> \n <start_of_turn> model \n
+    # The bundled base model reads the text as written: <bos> Hi
     body = client.post("/responses", json=ask("Hi", max_output_tokens=1)).json()
-    assert body["usage"]["input_tokens"] == 10
+    assert body["usage"]["input_tokens"] == 2
 
 
 def test_temperature_zero_is_deterministic(client: httpx.Client) -> None:

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import (
     EDITOR_TOKEN,
     LIVE_PARALLEL,
+    MODEL,
     READER_TOKEN,
     STORE_KINDS,
     LiveServer,
@@ -355,12 +356,14 @@ def test_previous_response_puts_its_input_and_output_before_the_new_input(
     second = client.post(
         "/responses", json=ask("What is my name?", 4, previous_response_id=first["id"])
     ).json()
-    alone = client.post("/responses", json=ask("What is my name?", 4)).json()
-    # The earlier turn (its prompt and its 4 output tokens, closed by <end_of_turn>\n) comes first.
-    assert (
-        second["usage"]["input_tokens"]
-        == first["usage"]["total_tokens"] + 2 + alone["usage"]["input_tokens"] - 1
-    )
+    # The bundled base model's transcript: the earlier prompt and its answer, then the new text
+    # on a line of its own, read as a raw completion of that text reads it.
+    before = "My name is Ada." + text_of(first)
+    transcript = before + ("" if before.endswith("\n") else "\n") + "What is my name?"
+    completion = {"model": MODEL, "prompt": transcript, "max_tokens": 1}
+    alone = client.post("/completions", json=completion).json()
+    assert second["usage"]["input_tokens"] == alone["usage"]["prompt_tokens"]
+    assert second["usage"]["input_tokens"] > first["usage"]["total_tokens"]
 
 
 def test_a_continued_conversation_reads_only_its_new_tokens_and_says_the_same(

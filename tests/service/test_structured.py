@@ -308,11 +308,12 @@ async def test_json_schema_output_completes_parses_and_validates(
 
 #: Schemas as people write them, with no bound on any number: the decoder bounds integers to
 #: 16 digits and decimals to 10 places (``engine/guidance.py``), so a greedy answer that starts
-#: a long number still ends.
+#: a long number still ends. Each question ends its line: the bundled base model continues
+#: the text as written, its answer on the next line.
 COMMON: dict[str, tuple[str, dict[str, Any]]] = {
-    "person": ("Describe a person.", obj(name={"type": "string"}, age={"type": "integer"})),
+    "person": ("Describe a person.\n", obj(name={"type": "string"}, age={"type": "integer"})),
     "owner_and_pets": (
-        "Describe a pet owner and their pets.",
+        "Describe a pet owner and their pets.\n",
         obj(
             owner=obj(name={"type": "string"}, age={"type": "integer"}),
             pets={
@@ -323,11 +324,11 @@ COMMON: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "product": (
-        "Describe a product for sale.",
+        "Describe a product for sale.\n",
         obj(name={"type": "string"}, price={"type": "number"}, stock={"type": "integer"}),
     ),
     "measurements": (
-        "List some measurements.",
+        "List some measurements.\n",
         obj(values={"type": "array", "items": {"type": "number"}, "maxItems": 4}),
     ),
 }

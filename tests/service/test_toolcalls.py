@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from lmsp_jupyter.engine.generation import ChatMessage, ToolSpec
-from lmsp_jupyter.engine.templates import GEMMA_TEMPLATE, ChatTemplate
+from lmsp_jupyter.engine.templates import ChatTemplate
 from lmsp_jupyter.protocol.requests import FunctionTool
 from lmsp_jupyter.service.toolcalls import CALL_MARKERS, ParsedCall, parse_calls
+from tests.chat_template import GEMMA_TEMPLATE
 
 WEATHER_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -353,7 +354,7 @@ def test_llama_style_rendered_call_is_parsed_back_to_the_same_name_and_arguments
     assert parse_calls(f"<|python_tag|>{turn}", TOOLS) == [PARIS]
 
 
-def test_gemma_fallback_gets_a_system_turn_listing_the_tools_and_the_tool_call_format() -> None:
+def test_a_template_without_tools_gets_a_system_turn_listing_them_and_the_call_format() -> None:
     template = compiled(GEMMA_TEMPLATE)
     assert not template.supports_tools
     prompt = template.render([ChatMessage(role="user", content="Weather in Paris?")], SPECS)
@@ -366,7 +367,7 @@ def test_gemma_fallback_gets_a_system_turn_listing_the_tools_and_the_tool_call_f
     assert prompt.endswith("<start_of_turn>model\n")
 
 
-def test_gemma_fallback_keeps_the_system_message_before_the_tool_instructions() -> None:
+def test_a_template_without_tools_keeps_the_system_message_before_the_tool_instructions() -> None:
     messages = [
         ChatMessage(role="system", content="You are terse."),
         ChatMessage(role="user", content="Weather in Paris?"),
@@ -377,7 +378,7 @@ def test_gemma_fallback_keeps_the_system_message_before_the_tool_instructions() 
     assert first.endswith("Weather in Paris?")
 
 
-def test_gemma_fallback_renders_an_earlier_call_as_tool_call_text() -> None:
+def test_a_template_without_tools_renders_an_earlier_call_as_tool_call_text() -> None:
     prompt = compiled(GEMMA_TEMPLATE).render(conversation(PARIS_CALL, TOKYO_CALL), SPECS)
     turn = assistant_turn(GEMMA_TURN, prompt)
     assert turn == (
@@ -387,7 +388,7 @@ def test_gemma_fallback_renders_an_earlier_call_as_tool_call_text() -> None:
     assert parse_calls(turn, TOOLS) == [PARIS, TOKYO]
 
 
-def test_gemma_fallback_renders_an_earlier_call_even_without_tools_offered() -> None:
+def test_a_template_without_tools_renders_an_earlier_call_even_without_tools_offered() -> None:
     prompt = compiled(GEMMA_TEMPLATE).render(conversation(PARIS_CALL))
     assert "You may call these functions" not in prompt
     turn = assistant_turn(GEMMA_TURN, prompt)

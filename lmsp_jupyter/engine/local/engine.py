@@ -14,7 +14,7 @@ import threading
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from traitlets import Bool, Int
@@ -36,7 +36,7 @@ from ..generation import (
 )
 from ..guidance import SchemaMatcher
 from ..memory import footprint
-from ..templates import THINK_OPEN, ChatTemplate, fallback_template
+from ..templates import THINK_OPEN, ChatTemplate, ChatTemplateError, transcript
 from .batching import ModelWorker
 from .llama import LlamaTokenizer, prepare_llama_cpp
 from .worker_inputs import GenerationRequest, WorkerSettings
@@ -76,7 +76,7 @@ class _Tokenizing:
     def __init__(self, entry: ModelEntry) -> None:
         self.entry = entry
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"lmsp-tok-{entry.id}")
-        self._template: tuple[ChatTemplate, LlamaTokenizer] | None = None
+        self._template: tuple[ChatTemplate | None, LlamaTokenizer] | None = None
 
     def render(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], schema: Any
@@ -85,12 +85,31 @@ class _Tokenizing:
         template, tokenizer = self._tokenizer()
         if schema is not None:
             tokenizer.schemas.matcher(schema)
-        text = template.render(messages, tools)
+        prompt = self._prompt(template, messages, tools)
         answered = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
-        stable = None if answered is None else 0
-        if answered:  # the first turn's prompt, as it was rendered to be answered
-            stable = len(tokenizer.tokenize(template.render(messages[:answered], tools)))
-        return Prompt(text=text, tokens=tokenizer.tokenize(text), stable_until=stable)
+        if answered is None:
+            return prompt
+        # The first turn's prompt, as it was rendered to be answered, as far as it still holds.
+        first = self._prompt(template, messages[:answered], tools).tokens if answered else []
+        return replace(prompt, stable_until=_shared(first, prompt.tokens))
+
+    def _prompt(
+        self,
+        template: ChatTemplate | None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+    ) -> Prompt:
+        """``messages`` through the chat template; a base model's as the raw prompt of their
+        transcript, as a raw completion of that text reads it."""
+        if template is None:
+            if self.entry.kind == "chat":
+                raise ChatTemplateError(
+                    f"model {self.entry.id!r} has its chat template only in Ollama's own format, "
+                    "which this service does not render: give it one in LmspApp.chat_templates"
+                )
+            return self.render_text(transcript(messages, tools), None)
+        text = template.render(messages, tools)
+        return Prompt(text=text, tokens=self._tokenizer()[1].tokenize(text))
 
     def render_text(self, text: str, suffix: str | None) -> Prompt:
         """A raw prompt, filling in the middle where the model can; on the tokenizer thread."""
@@ -109,14 +128,15 @@ class _Tokenizing:
         """The tokens of ``text``, as the model would write it; runs on the tokenizer thread."""
         return tuple(self._tokenizer()[1].tokenize(text))
 
-    def _tokenizer(self) -> tuple[ChatTemplate, LlamaTokenizer]:
+    def _tokenizer(self) -> tuple[ChatTemplate | None, LlamaTokenizer]:
         if self._template is None:
             tokenizer = LlamaTokenizer(self.entry.path())
-            template = ChatTemplate(
-                template_source(self.entry),
-                bos_token=tokenizer.bos_token,
-                eos_token=tokenizer.eos_token,
-            )
+            source = self.entry.chat_template
+            template = None
+            if source is not None:
+                template = ChatTemplate(
+                    source, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token
+                )
             self._template = (template, tokenizer)
         return self._template
 
@@ -124,9 +144,10 @@ class _Tokenizing:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def template_source(entry: ModelEntry) -> str:
-    """The chat template of ``entry``: its GGUF's own, or the fallback for its architecture."""
-    return entry.chat_template or fallback_template(entry.architecture)
+def _shared(first: list[int], tokens: list[int]) -> int:
+    """How many tokens ``first`` and ``tokens`` start with alike."""
+    pairs = zip(first, tokens, strict=False)
+    return next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(first), len(tokens)))
 
 
 def context_length(entry: ModelEntry, settings: EngineSettings) -> int:
@@ -263,13 +284,14 @@ class LocalEngine(LoggingConfigurable):
 
     def thinks(self, entry: ModelEntry) -> bool:
         """Whether ``entry``'s template has reasoning between ``<think>`` tags."""
-        return THINK_OPEN in template_source(entry)
+        return THINK_OPEN in (entry.chat_template or "")
 
     async def render(
         self, entry: ModelEntry, messages: Messages, tools: Tools = (), schema: OutputSchema = None
     ) -> Prompt:
-        """The model's prompt for ``messages`` (and ``tools``) through its chat template,
-        tokenized; a ``schema`` llguidance cannot compile for the model raises ``GrammarError``."""
+        """The model's prompt for ``messages`` (and ``tools``) through its chat template (a
+        base model's: their plain transcript, ``templates.transcript``), tokenized; a
+        ``schema`` llguidance cannot compile for the model raises ``GrammarError``."""
         tokenizing = self._tokenizing(entry)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
