@@ -13,6 +13,7 @@ from .answer import Answer
 from .connection import connect
 from .magics import LmspMagics
 from .notebook_tools import insert_cell, notebook_tools, read_cell, replace_cell, run_cell
+from .questions import register, unregister
 from .session import KernelSession
 from .tools import Tool, tool
 
@@ -38,15 +39,18 @@ _sessions: dict[int, KernelSession] = {}
 
 
 def load_ipython_extension(shell: InteractiveShell) -> None:
-    """Register ``%lmsp`` and the ``lmsp`` comm target in ``shell``."""
+    """Register ``%lmsp``, the ``lmsp`` comm target and the input transformer that lets a
+    question end with ``?`` in ``shell``."""
     session = KernelSession(shell)
     shell.register_magics(LmspMagics(shell, session))
+    register(shell)
     session.open()
     _sessions[id(shell)] = session
 
 
 def unload_ipython_extension(shell: InteractiveShell) -> None:
-    """Remove ``%lmsp`` and the comm target again."""
+    """Remove ``%lmsp``, the comm target and the input transformer again."""
+    unregister(shell)
     session = _sessions.pop(id(shell), None)
     if session is not None:
         session.close()

@@ -55,7 +55,7 @@ class LmspMagics(Magics):
         their results, the variables the prompt names or --vars a,b lists summarized, the
         last error with its cell; each trimmed to a token budget; answer.prompt shows it).
         {name} in the prompt, the system text and the prediction is the value of ``name``.
-        IPython reads a line ending in "?" as a request for help: ask questions with %%lmsp.
+        A prompt may end with "?" (a question); %lmsp? alone shows this help.
         The value is an Answer: .text, .prompt, .logprobs, .output, .response, .wait(), .approve(),
         .deny(), .cancel().
         """

@@ -247,6 +247,22 @@ def test_continue_carries_the_previous_answer(kernel: Kernel) -> None:
     assert int(second_input) > int(first_input) + int(first_output)
 
 
+def test_a_question_ending_in_a_question_mark_is_asked_with_it(kernel: Kernel) -> None:
+    kernel.run("%lmsp ask --max-tokens 4 --temperature 0 What is the capital of France?")
+    kernel.run("q = _")
+    kernel.run("x = %lmsp ask --max-tokens 4 --temperature 0 Why is the sky blue?")
+    printed, _ = kernel.run(
+        "import json; q.wait(120); x.wait(120)\n"
+        "print(json.dumps([q.prompt, x.prompt, q.status, x.status]))"
+    )
+    france, blue, *statuses = json.loads(printed)
+    assert (france, blue) == ("What is the capital of France?", "Why is the sky blue?")
+    assert set(statuses) <= set(FINAL)
+    reply = kernel.client.execute_interactive("%lmsp?", timeout=60)
+    (page,) = reply["content"]["payload"]
+    assert "Ask a local model through the LMSP service" in page["data"]["text/plain"]
+
+
 def test_terminal_ipython_prints_the_text_as_it_comes(
     live_server: LiveServer, tmp_path: Path
 ) -> None:
