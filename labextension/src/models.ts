@@ -18,12 +18,14 @@ export function formatBytes(bytes: number): string {
   return `${value >= 100 || unit === 0 ? Math.round(value) : value.toFixed(1)} ${units[unit]}`;
 }
 
-/** The details line of a model: its file size (or the remote server serving it), window and
- * capabilities. */
+/** The details line of a model: its file size (or the remote server serving it), window, kind
+ * (a chat model, or a base model that continues the text as written) and capabilities. */
 export function modelDetails(model: ILmspModel): string[] {
+  const kind = model.extensions?.['x-lmsp-jupyter']?.kind;
   return [
     model.size_bytes === null ? `remote: ${model.owned_by}` : formatBytes(model.size_bytes),
     `${model.context_length.toLocaleString()} ctx`,
+    ...(kind ? [`${kind} model`] : []),
     model.capabilities.join(', ')
   ];
 }

@@ -27,6 +27,18 @@ describe('modelDetails', () => {
     ]);
   });
 
+  it('says whether a model is a chat model or a base model, when the service says', () => {
+    const base = model({ extensions: { 'x-lmsp-jupyter': { kind: 'base' } } });
+    expect(modelDetails(base)).toEqual([
+      '253 MB',
+      `${(32768).toLocaleString()} ctx`,
+      'base model',
+      'streaming, tools'
+    ]);
+    const chat = model({ extensions: { 'x-lmsp-jupyter': { kind: 'chat' } } });
+    expect(modelDetails(chat)[2]).toBe('chat model');
+  });
+
   it('names the server of a remote model, which has no size here, instead of "0 B"', () => {
     const remote = model({ id: 'gpu/llama', size_bytes: null, owned_by: 'gpu' });
     expect(modelDetails(remote)[0]).toBe('remote: gpu');

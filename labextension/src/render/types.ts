@@ -156,8 +156,15 @@ export interface ILmspModel {
   memory_bytes?: number;
   loaded_at?: number;
   expires_at?: number | null;
-  /** This service's additions: progress while loading; why temperature 0 may not be exact. */
-  extensions?: { 'x-lmsp-jupyter'?: { loading?: ILmspLoadingProgress | null; inexact?: string } };
+  /** This service's additions: its kind (`chat`, with a chat template; `base`, continuing the
+   * text as written), progress while loading, why temperature 0 may not be exact. */
+  extensions?: {
+    'x-lmsp-jupyter'?: {
+      kind?: 'chat' | 'base';
+      loading?: ILmspLoadingProgress | null;
+      inexact?: string;
+    };
+  };
 }
 
 /** The models, and why configured model directories give none. */
