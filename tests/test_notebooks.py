@@ -68,11 +68,9 @@ def test_quickstart_asks_streams_continues_shows_logprobs_and_stops() -> None:
     cells = run("quickstart.ipynb")
     no_errors(cells)
     (row,) = printed(cell(cells, "%lmsp models")).splitlines()
-    assert row.split()[:3] == [MODEL, "available", "8192"] or row.split()[:3] == [
-        MODEL,
-        "loaded",
-        "8192",
-    ]
+    model, status, window, kind, *_ = row.split()
+    assert (model, window, kind) == (MODEL, "8192", "base")
+    assert status in ("available", "loaded")
     (state,) = answer_states(cell(cells, "answer = %lmsp ask"))
     assert state["model"] == MODEL
     assert state["rounds"][0]["task_id"].startswith("task_")
@@ -82,6 +80,9 @@ def test_quickstart_asks_streams_continues_shows_logprobs_and_stops() -> None:
     assert status in ("completed", "incomplete") and more.strip()
     (continued,) = answer_states(cell(cells, "more = %lmsp ask --continue"))
     assert continued["rounds"][0]["task_id"] != state["rounds"][0]["task_id"]
+    # A question ending in "?" is asked, not taken for IPython's help.
+    (question,) = answer_states(cell(cells, "%lmsp ask --max-tokens 16 --temperature 0 What"))
+    assert question["rounds"][0]["task_id"].startswith("task_")
     assert result(cell(cells, "story.cancel()")) == "cancelled"
     tasks = printed(cell(cells, "%lmsp tasks"))
     assert state["rounds"][0]["task_id"] in tasks
