@@ -30,6 +30,14 @@ FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
 LOAD = "%load_ext lmsp_jupyter"
 #: A greedy story ask of ``n`` tokens: long enough to watch, cut by max_output_tokens.
 STORY = "%lmsp ask --max-tokens {n} --temperature 0 Once upon a time, in a small village,"
+#: A few-shot pattern for the model to continue, and a greedy ask of ``n`` tokens that
+#: continues it (long enough to watch, cut by max_output_tokens).
+EXAMPLES = (
+    'examples = """Country: France -> Capital: Paris\n'
+    "Country: Japan -> Capital: Tokyo\n"
+    'Country: Italy -> Capital: Rome"""'
+)
+PATTERN = "answer = %lmsp ask --max-tokens {n} --temperature 0 {{examples}}"
 #: A cell defining the tool ``weather`` (it records each city in ``calls``), and an ask that
 #: makes the model call it; ``print(calls)`` then shows the calls the tool ran.
 WEATHER_TOOL = (

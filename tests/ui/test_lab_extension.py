@@ -8,7 +8,9 @@ cancels them; the status-bar item says when the service generates.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from playwright.sync_api import Browser
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.conftest import LiveServer, stop_server
-from tests.helpers import message_text
+from tests.helpers import ROOT, message_text
 from tests.ui import lab as ui
 
 # Finished tasks lose their events after 1 s and are gone after 2 s; purged every second.
@@ -166,7 +168,7 @@ def test_the_side_panel_lists_a_running_task_and_cancels_it(
     assert model_row.locator(".lmsp-panel-model-id").inner_text() == BUNDLED_MODEL_ID
     assert model_row.get_attribute("data-status") == "loaded"
     details = str(model_row.locator(".lmsp-panel-details").text_content()).split(" · ")
-    assert details[1] == f"{model['context_length']:,} ctx"
+    assert details[1:3] == [f"{model['context_length']:,} ctx", "base model"]
     notebook.screenshot("side-panel.png")
 
     cancel.click()
@@ -210,3 +212,32 @@ def test_the_status_bar_says_when_the_service_generates(browser: Browser, lab: L
         lambda: item.get_attribute("data-state") == "idle", 30, "the status bar idle again"
     )
     assert item.inner_text() == f"LMSP: {BUNDLED_MODEL_ID} · idle"
+
+
+def test_the_quickstart_runs_all_its_cells(browser: Browser, lab: LiveServer) -> None:
+    source = (ROOT / "notebooks" / "quickstart.ipynb").read_text()
+    code = ["".join(c["source"]) for c in json.loads(source)["cells"] if c["cell_type"] == "code"]
+    asks = sum(cell.startswith("%%lmsp") or "%lmsp ask" in cell for cell in code)
+    (Path(lab.root_dir) / "quickstart.ipynb").write_text(source)
+    notebook = ui.open_notebook(browser, lab, "quickstart.ipynb")
+    page = notebook.page
+    page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    panel = page.locator(".jp-NotebookPanel:visible")
+
+    def all_final() -> bool:
+        # text contents: the cells out of view are not laid out
+        shown = panel.locator(".lmsp-answer .lmsp-status").all_text_contents()
+        statuses = [status.strip().lower() for status in shown]
+        return len(statuses) == asks and all(s in ui.FINAL_STATUSES for s in statuses)
+
+    notebook.wait_until(all_final, 600, "every answer of the quickstart final")
+    notebook.wait_idle(600)
+    errors = panel.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')
+    assert errors.count() == 0
+    notebook.cell(0).scroll_into_view_if_needed()
+    notebook.screenshot("quickstart.png")
+    inputs = panel.locator(".jp-Cell .jp-InputArea-editor").all_text_contents()
+    (question,) = [i for i, text in enumerate(inputs) if "capital of France?" in text]
+    notebook.cell(question - 2).scroll_into_view_if_needed()
+    notebook.screenshot("quickstart-question.png")

@@ -44,30 +44,47 @@ def check_view(notebook: ui.Notebook, index: int) -> None:
 
 
 def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> None:
-    notebook = ui.open_story(browser, lab, "stream.ipynb", 48)
-    notebook.run(0)
-    notebook.run(1)
-    notebook.wait_until(lambda: notebook.answer(1).count() > 0, 60, "the answer view")
+    name = ui.write_notebook(lab, "stream.ipynb", ui.LOAD, ui.EXAMPLES, ui.PATTERN.format(n=48))
+    notebook = ui.open_notebook(browser, lab, name)
+    for index in (0, 1, 2):
+        notebook.run(index)
+    notebook.wait_until(lambda: notebook.answer(2).count() > 0, 60, "the answer view")
     partial: list[str] = []
 
     def final() -> bool:
-        text = notebook.message(1)
+        text = notebook.message(2)
         if text and (not partial or text != partial[-1]):
             partial.append(text)
-        return notebook.status(1) in ui.FINAL_STATUSES
+        return notebook.status(2) in ui.FINAL_STATUSES
 
     notebook.wait_until(final, 240, "a final status")
-    answer = notebook.message(1)
-    assert notebook.status(1) == "incomplete"  # 48 tokens of a story: cut by max_output_tokens
+    answer = notebook.message(2)
+    assert notebook.status(2) == "incomplete"  # 48 tokens of more rows: cut by max tokens
     growing = [text for text in partial if text != answer]
     assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
     # Each partial state is the start of the final text (its last word may still be growing).
     for text in growing:
         head = ui.normalized(text).rsplit(" ", 1)[0]
         assert ui.normalized(answer).startswith(head), (text, answer)
-    check_view(notebook, 1)
-    assert ui.normalized(answer) == ui.normalized(ui.server_text(lab, notebook.task_id(1)))
+    check_view(notebook, 2)
+    assert ui.normalized(answer) == ui.normalized(ui.server_text(lab, notebook.task_id(2)))
     notebook.screenshot(f"ask-{mode(lab)}.png")
+
+
+def test_a_question_may_end_with_a_question_mark(browser: Browser, lab: LiveServer) -> None:
+    question = "What is the capital of France?"
+    ask = f"answer = %lmsp ask --max-tokens 12 --temperature 0 {question}"
+    name = ui.write_notebook(lab, "question.ipynb", ui.LOAD, ask, "print(answer.wait().prompt)")
+    notebook = ui.open_notebook(browser, lab, name)
+    notebook.run(0)
+    notebook.run(1)
+    assert notebook.wait_final(1) in ("completed", "incomplete")
+    check_view(notebook, 1)
+    assert notebook.message(1).strip()
+    notebook.wait_idle()
+    notebook.run(2)
+    notebook.wait_until(lambda: question in notebook.output_text(2), 60, "the prompt printed")
+    assert notebook.output_text(2).strip() == question
 
 
 def test_stop_cancels_the_task_and_frees_the_model(browser: Browser, lab: LiveServer) -> None:
