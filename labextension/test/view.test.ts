@@ -1,3 +1,4 @@
+import { markdownToHtml } from '../src/render/markdown';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
 import {
@@ -399,5 +400,13 @@ describe('AnswerView', () => {
     expect(message.querySelector('[onerror]')).toBeNull();
     expect(message.querySelector('script')).toBeNull();
     expect(message.querySelector('a')?.getAttribute('href') ?? '').not.toContain('javascript');
+  });
+});
+
+describe('markdownToHtml', () => {
+  it('keeps the line breaks the model writes, one row of a pattern a line', () => {
+    expect(markdownToHtml('Country: Germany\nCountry: China')).toBe(
+      '<p>Country: Germany<br>Country: China</p>'
+    );
   });
 });

@@ -6,7 +6,9 @@ import DOMPurify from 'dompurify';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- the view renders each streamed delta synchronously, so marked is needed as soon as an answer shows
 import { Marked } from 'marked';
 
-const marked = new Marked({ gfm: true, breaks: false, async: false });
+// A line break the model writes is one the reader sees: a base model continuing rows of a
+// pattern writes one row a line.
+const marked = new Marked({ gfm: true, breaks: true, async: false });
 
 /** Sanitized HTML of `text` read as Markdown. */
 export function markdownToHtml(text: string): string {
