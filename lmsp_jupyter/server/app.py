@@ -47,6 +47,7 @@ from ..protocol.environment import (
     TOKEN_VARIABLE,
     URL_VARIABLE,
 )
+from ..service.anthropic import AnthropicModels
 from ..service.database import Database
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
@@ -69,7 +70,7 @@ from .forward import HubForward, forward_handlers
 from .hub import hub_access, hub_service_argv, usage_handlers
 from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
-from .routes import default_handlers, ollama_handlers
+from .routes import anthropic_handlers, default_handlers, ollama_handlers
 from .sse import SLOW_CLIENT_SECONDS
 
 _Trait = TypeVar("_Trait", bound=TraitType[Any, Any])
@@ -122,7 +123,7 @@ class LmspApp(ExtensionApp):
     """Serves LMSP 1.0 under ``{base_url}lmsp/v1`` from the GGUF models on this machine."""
 
     name = "lmsp"
-    classes = [*ExtensionApp.classes, LocalEngine, ModelManager]
+    classes = [*ExtensionApp.classes, LocalEngine, ModelManager, AnthropicModels]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
@@ -454,6 +455,7 @@ class LmspApp(ExtensionApp):
         self.settings.update(
             lmsp_models=models,
             lmsp_embeddings=self.embeddings,
+            lmsp_anthropic=AnthropicModels(models, self.default_model, parent=self, log=self.log),
             lmsp_responses=responses,
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
@@ -570,11 +572,12 @@ class LmspApp(ExtensionApp):
         self._ollama_listener = listener
 
     def initialize_handlers(self) -> None:
-        """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
+        """Mount the LMSP routes, and Ollama's and Anthropic's APIs before LMSP's catch-all of
+        ``/lmsp/``."""
         if self.forwards:
             self.handlers.extend(forward_handlers())
             return
-        handlers: list[tuple[str, Any]] = [*ollama_handlers, *usage_handlers]
+        handlers: list[tuple[str, Any]] = [*ollama_handlers, *anthropic_handlers, *usage_handlers]
         if self.hub_service:
             from jupyterhub.services.auth import HubOAuthCallbackHandler
 
