@@ -11,6 +11,7 @@ on types; images and documents are refused. Pure data, no service.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -116,9 +117,9 @@ ContentBlock = Annotated[
 
 
 class MessageParam(_Lenient):
-    """One message of ``messages``: a string or content blocks."""
+    """One message of ``messages``: a string or content blocks (a ``system`` one: text)."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: (
         Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
         | Annotated[list[ContentBlock], Field(max_length=MAX_ITEMS)]
@@ -168,16 +169,19 @@ ToolChoice = Annotated[
 
 
 class ThinkingEnabled(_Lenient):
-    """Thinking shown as ``thinking`` blocks (the budget is the model's own affair here)."""
+    """Thinking shown as ``thinking`` blocks (the budget is the model's own affair here);
+    ``display: "omitted"``: not shown."""
 
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1)
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class ThinkingAdaptive(_Lenient):
-    """Thinking as the model sees fit: shown as ``thinking`` blocks."""
+    """Thinking as the model sees fit: shown as ``thinking`` blocks unless omitted."""
 
     type: Literal["adaptive"]
+    display: Literal["summarized", "omitted"] | None = None
 
 
 class ThinkingDisabled(_Lenient):
@@ -229,15 +233,21 @@ class MessagesRequest(CountTokensRequest):
 
     @property
     def shows_thinking(self) -> bool:
-        """Whether the answer has ``thinking`` blocks: thinking enabled or adaptive."""
-        return self.thinking is not None and not isinstance(self.thinking, ThinkingDisabled)
+        """Whether the answer has ``thinking`` blocks: thinking enabled or adaptive, and not
+        omitted from display."""
+        thinking = self.thinking
+        if thinking is None or isinstance(thinking, ThinkingDisabled):
+            return False
+        return thinking.display != "omitted"
 
 
 def messages_request(request: CountTokensRequest, model: str) -> ResponseRequest:
     """The response request that does what a Messages request asks, on ``model`` (a
     ``claude-*`` name the request gave is resolved by the service); a count_tokens request
     becomes the same prompt, with nothing to generate past it."""
-    items = [*_system(request.system), *_items(request.messages)]
+    items = _system(request.system)
+    for index, given in enumerate(request.messages):
+        _add(items, given, index)
     choice, parallel = _tool_choice(request.tool_choice)
     fields: dict[str, Any] = {}
     if isinstance(request, MessagesRequest):
@@ -280,7 +290,7 @@ def messages_param(param: str) -> str:
         return "stop_sequences"
     if param.startswith("input"):
         return "messages"  # one message may have become several items
-    return param
+    return re.sub(r"^(tools\[\d+\])\.parameters", r"\1.input_schema", param)
 
 
 def _system(system: SystemPrompt | None) -> list[InputItem]:
@@ -293,42 +303,51 @@ def _system(system: SystemPrompt | None) -> list[InputItem]:
     return [InputMessage(role="system", content="\n\n".join(kept))] if kept else []
 
 
-def _items(messages: list[MessageParam]) -> list[InputItem]:
-    """The messages as input items, in order: text as messages, calls, their outputs."""
-    items: list[InputItem] = []
-    for index, message in enumerate(messages):
-        blocks = (
-            [TextBlock(type="text", text=message.content)]
-            if isinstance(message.content, str)
-            else message.content
-        )
-        texts: list[str] = []
-        for number, block in enumerate(blocks):
-            param = f"messages[{index}].content[{number}]"
-            if isinstance(block, TextBlock):
-                texts.append(block.text)
-                continue
-            if isinstance(block, ThinkingBlock | RedactedThinkingBlock):
-                continue
-            items += _message(message.role, texts)
-            texts = []
-            items.append(_item(message.role, block, param))
-        items += _message(message.role, texts)
-    return items
+def _add(items: list[InputItem], message: MessageParam, index: int) -> None:
+    """Add a message's blocks to ``items``: text to the message of its role before it (as
+    Anthropic joins consecutive turns of one role), calls and their outputs as items. A
+    system message after the first turn is the user's text: templates take one system
+    message, first."""
+    role = message.role
+    if role == "system" and any(_role(item) != "system" for item in items):
+        role = "user"
+    blocks = (
+        [TextBlock(type="text", text=message.content)]
+        if isinstance(message.content, str)
+        else message.content
+    )
+    for number, block in enumerate(blocks):
+        param = f"messages[{index}].content[{number}]"
+        if isinstance(block, TextBlock):
+            _add_text(items, role, block.text)
+        elif isinstance(block, ImageBlock | DocumentBlock):
+            raise _refused(block, param)
+        elif isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+            continue
+        elif role == "system" or message.role == "system":
+            raise LmspError("invalid_request", "a system message holds text only", param=param)
+        else:
+            items.append(_item(role, block, param))
 
 
-def _message(role: Literal["user", "assistant"], texts: list[str]) -> list[InputItem]:
-    """Consecutive text blocks as one message (none for no text)."""
-    return [InputMessage(role=role, content="\n\n".join(texts))] if texts else []
+def _role(item: InputItem) -> str | None:
+    return item.role if isinstance(item, InputMessage) else None
+
+
+def _add_text(
+    items: list[InputItem], role: Literal["user", "assistant", "system"], text: str
+) -> None:
+    """``text`` at the end of the last item if it is a message of ``role``, else a message."""
+    last = items[-1] if items else None
+    if isinstance(last, InputMessage) and last.role == role:
+        items[-1] = InputMessage(role=role, content=f"{last.text()}\n\n{text}")
+    else:
+        items.append(InputMessage(role=role, content=text))
 
 
 def _item(
-    role: Literal["user", "assistant"],
-    block: ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock,
-    param: str,
+    role: Literal["user", "assistant"], block: ToolUseBlock | ToolResultBlock, param: str
 ) -> InputItem:
-    if isinstance(block, ImageBlock | DocumentBlock):
-        raise _refused(block, param)
     if isinstance(block, ToolUseBlock):
         if role != "assistant":
             raise LmspError("invalid_request", "tool_use blocks are the assistant's", param=param)

@@ -64,8 +64,13 @@ class AnthropicError(BaseModel):
     error: ErrorDetail
 
 
-def anthropic_error(status: int, code: str, message: str) -> tuple[int, AnthropicError]:
-    """An LMSP error (its status, code and message) as Anthropic's status and error."""
+def anthropic_error(
+    status: int, code: str, message: str, param: str | None = None
+) -> tuple[int, AnthropicError]:
+    """An LMSP error (its status, code, message and the field at fault) as Anthropic's
+    status and error, whose message names the field first, as Anthropic's do."""
+    if param and not message.startswith(param):
+        message = f"{param}: {message}"
     if code in _OVERLOADED:
         status, kind = OVERLOADED_STATUS, "overloaded_error"
     elif status >= 500:
@@ -78,7 +83,7 @@ def anthropic_error(status: int, code: str, message: str) -> tuple[int, Anthropi
 def problem_error(problem: Problem) -> AnthropicError:
     """A problem that ended a stream, as the stream's ``error`` event."""
     message = problem.detail or problem.title
-    return anthropic_error(problem.status, problem.code, message)[1]
+    return anthropic_error(problem.status, problem.code, message, problem.param)[1]
 
 
 class AnthropicUsage(BaseModel):

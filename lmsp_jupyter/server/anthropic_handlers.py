@@ -82,7 +82,7 @@ class AnthropicHandler(StreamingHandler):
         """Every error is Anthropic's error object, never a traceback or a page."""
         error = self.error_of(status_code, **kwargs)
         message = error.detail or error.to_problem().title
-        status, body = anthropic_error(error.status, error.code, message)
+        status, body = anthropic_error(error.status, error.code, message, error.param)
         self.set_status(status, "Overloaded" if status == 529 else None)
         for name, value in error.headers.items():
             self.set_header(name, value)

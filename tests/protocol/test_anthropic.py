@@ -209,11 +209,13 @@ def test_more_than_four_stop_sequences_are_refused() -> None:
 
 
 def test_fields_of_the_response_request_are_named_as_anthropic_names_them() -> None:
-    assert [messages_param(p) for p in ("max_output_tokens", "stop", "input[3]", "tools")] == [
+    given = ("max_output_tokens", "stop", "input[3]", "tools", "tools[2].parameters")
+    assert [messages_param(param) for param in given] == [
         "max_tokens",
         "stop_sequences",
         "messages",
         "tools",
+        "tools[2].input_schema",
     ]
 
 
@@ -370,3 +372,47 @@ def test_a_failure_mid_stream_is_an_error_event() -> None:
     assert sent == AnthropicError.model_validate(
         {"type": "error", "error": {"type": "api_error", "message": "the engine stopped"}}
     )
+
+
+def test_a_leading_system_message_joins_the_system_prompt_a_later_one_is_the_users() -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "system", "content": [{"type": "text", "text": "Today is Monday."}]},
+        {"role": "user", "content": "Day?"},
+    ]
+    assert translated(system="You help.", messages=messages).input == [
+        InputMessage(role="system", content="You help.\n\nBe brief."),
+        InputMessage(role="user", content="Hi\n\nToday is Monday.\n\nDay?"),
+    ]
+
+
+def test_a_system_message_holds_text_only() -> None:
+    block = {"type": "tool_result", "tool_use_id": "t", "content": "x"}
+    error = refusal(messages=[{"role": "system", "content": [block]}])
+    assert (error.code, error.param) == ("invalid_request", "messages[0].content[0]")
+
+
+@pytest.mark.parametrize(
+    ("thinking", "shown"),
+    [
+        (None, False),
+        ({"type": "disabled"}, False),
+        ({"type": "enabled", "budget_tokens": 2048}, True),
+        ({"type": "adaptive"}, True),
+        ({"type": "adaptive", "display": "omitted"}, False),
+    ],
+)
+def test_thinking_is_shown_when_enabled_and_not_omitted(
+    thinking: dict[str, Any] | None, shown: bool
+) -> None:
+    assert validate_request(MessagesRequest, body(thinking=thinking)).shows_thinking is shown
+
+
+def test_an_errors_message_names_the_field_first_as_anthropics_do() -> None:
+    _, error = anthropic_error(
+        400, "invalid_request", "maxLength is over 10000", "tools[2].input_schema"
+    )
+    assert error.error.message == "tools[2].input_schema: maxLength is over 10000"
+    _, same = anthropic_error(400, "invalid_request", "model: x is unknown", "model")
+    assert same.error.message == "model: x is unknown"
