@@ -89,4 +89,3 @@ def test_the_second_turn_of_a_session_reads_its_prompt_from_the_cache(
     usage = second["usage"]
     # Claude Code's per-request billing line is dropped: all but the new turn is cached.
     assert usage["cache_read_input_tokens"] > usage["input_tokens"] > 0
-
