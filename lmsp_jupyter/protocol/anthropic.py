@@ -170,18 +170,18 @@ ToolChoice = Annotated[
 
 class ThinkingEnabled(_Lenient):
     """Thinking shown as ``thinking`` blocks (the budget is the model's own affair here);
-    ``display: "omitted"``: not shown."""
+    ``display: "omitted"``: not shown (other displays, ``summarized``, ``updates``, show it)."""
 
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1)
-    display: Literal["summarized", "omitted"] | None = None
+    display: str | None = Field(default=None, max_length=64)
 
 
 class ThinkingAdaptive(_Lenient):
     """Thinking as the model sees fit: shown as ``thinking`` blocks unless omitted."""
 
     type: Literal["adaptive"]
-    display: Literal["summarized", "omitted"] | None = None
+    display: str | None = Field(default=None, max_length=64)
 
 
 class ThinkingDisabled(_Lenient):

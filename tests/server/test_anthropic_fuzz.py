@@ -77,7 +77,7 @@ BLOCK_FIELDS = [
     "is_error",
     "source",
 ]
-block = st.fixed_dictionaries(
+block: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
     {"type": st.sampled_from(BLOCK_TYPES)},
     optional={name: st.one_of(BAD, st.just({})) for name in BLOCK_FIELDS[1:]},
 )
@@ -92,7 +92,7 @@ message = st.fixed_dictionaries(
 @st.composite
 def spoiled(draw: st.DrawFn) -> dict[str, Any]:
     """A valid body with one thing wrong (or, sometimes, still right)."""
-    body = json.loads(json.dumps(VALID))
+    body: dict[str, Any] = json.loads(json.dumps(VALID))
     how = draw(st.sampled_from(["field", "missing", "messages", "blocks", "tools", "huge"]))
     if how == "field":
         body[draw(st.sampled_from(FIELDS))] = draw(BAD)
