@@ -52,6 +52,11 @@ def _operation(name: str, scope: Scope | None = None) -> Operation:
 class AnthropicHandler(StreamingHandler):
     """The base of Anthropic's handlers: ``x-api-key`` as a key, Anthropic's error shape."""
 
+    cors_request_headers = (
+        f"{StreamingHandler.cors_request_headers}, x-api-key, anthropic-version, "
+        "anthropic-beta, anthropic-dangerous-direct-browser-access"
+    )
+
     async def prepare(self) -> None:  # type: ignore[override]
         headers = self.request.headers
         key = headers.get("x-api-key")
@@ -84,6 +89,8 @@ class AnthropicHandler(StreamingHandler):
         message = error.detail or error.to_problem().title
         status, body = anthropic_error(error.status, error.code, message, error.param)
         self.set_status(status, "Overloaded" if status == 529 else None)
+        if error.code != "forbidden_origin":  # ``send_error`` cleared them; a browser reads this
+            self.set_cors_headers()
         for name, value in error.headers.items():
             self.set_header(name, value)
         if error.retry_after is not None:
