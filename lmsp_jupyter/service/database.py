@@ -65,10 +65,6 @@ class Database(Protocol):
     def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
         """Every row a read gives."""
 
-    @property
-    def schema_version(self) -> int:
-        """The version of the schema its migrations have reached."""
-
     def describe(self) -> str:
         """Where it is, for the log: a URL with no password."""
 

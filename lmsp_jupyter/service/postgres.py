@@ -1,8 +1,8 @@
 """The PostgreSQL store: the same records as the SQLite file, in a database that several service
 processes share, through psycopg 3 and a connection pool.
 
-The schema has its own versioned migrations, recorded in ``lmsp_schema_version``; a process
-that starts migrates under an advisory lock, so replicas starting together migrate once.
+The first process to start creates the tables, under an advisory lock, so replicas starting
+together create them once.
 Connections are checked before use: a server restarted meanwhile costs no failed request once
 it is back, and while it is down every use of the store fails at once with
 ``psycopg.OperationalError`` (``503 overloaded`` with ``Retry-After``).
@@ -10,7 +10,6 @@ it is back, and while it is down every use of the store fails at once with
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -22,81 +21,74 @@ from psycopg_pool import ConnectionPool
 
 from .database import Cursor, Dialect, Row, masked
 
-log = logging.getLogger(__name__)
+#: The tables, made when the database has none (an existing one has them already).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    holder TEXT,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    started_at BIGINT,
+    completed_at BIGINT,
+    response_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    last_event_id INTEGER NOT NULL DEFAULT 0,
+    events_expired INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS tasks_by_owner ON tasks (owner, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS tasks_by_response ON tasks (response_id);
+CREATE INDEX IF NOT EXISTS unfinished_tasks ON tasks (holder)
+    WHERE status IN ('queued', 'in_progress');
+CREATE INDEX IF NOT EXISTS unfinished_tasks_by_owner ON tasks (owner)
+    WHERE status IN ('queued', 'in_progress');
+CREATE TABLE IF NOT EXISTS events (
+    task_id TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (task_id, id)
+);
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    context TEXT NOT NULL,
+    response TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    status INTEGER,
+    body TEXT,
+    holder TEXT,
+    PRIMARY KEY (owner, key)
+);
+CREATE TABLE IF NOT EXISTS leases (
+    holder TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    owner TEXT PRIMARY KEY,
+    responses INTEGER NOT NULL DEFAULT 0,
+    input_tokens BIGINT NOT NULL DEFAULT 0,
+    output_tokens BIGINT NOT NULL DEFAULT 0,
+    updated_at BIGINT NOT NULL
+);
+"""
 
-#: Each entry moves the schema one version up; the store applies the ones it has not yet.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE tasks (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        holder TEXT,
-        model TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        started_at BIGINT,
-        completed_at BIGINT,
-        response_id TEXT NOT NULL,
-        request TEXT NOT NULL,
-        result TEXT,
-        error TEXT,
-        metadata TEXT NOT NULL DEFAULT '{}',
-        last_event_id INTEGER NOT NULL DEFAULT 0,
-        events_expired INTEGER NOT NULL DEFAULT 0,
-        cancel_requested INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX tasks_by_owner ON tasks (owner, created_at DESC, id DESC);
-    CREATE INDEX tasks_by_response ON tasks (response_id);
-    CREATE INDEX unfinished_tasks ON tasks (holder) WHERE status IN ('queued', 'in_progress');
-    CREATE TABLE events (
-        task_id TEXT NOT NULL,
-        id INTEGER NOT NULL,
-        event TEXT NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (task_id, id)
-    );
-    CREATE TABLE responses (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        context TEXT NOT NULL,
-        response TEXT NOT NULL
-    );
-    CREATE TABLE idempotency (
-        owner TEXT NOT NULL,
-        key TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        status INTEGER,
-        body TEXT,
-        holder TEXT,
-        PRIMARY KEY (owner, key)
-    );
-    CREATE TABLE leases (
-        holder TEXT PRIMARY KEY,
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        started_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
-    );
-    """,
-    # One service for many owners (a JupyterHub service): the tokens each owner's responses
-    # used, added up, and the owner's unfinished tasks counted quickly.
-    """
-    CREATE TABLE usage (
-        owner TEXT PRIMARY KEY,
-        responses INTEGER NOT NULL DEFAULT 0,
-        input_tokens BIGINT NOT NULL DEFAULT 0,
-        output_tokens BIGINT NOT NULL DEFAULT 0,
-        updated_at BIGINT NOT NULL
-    );
-    CREATE INDEX unfinished_tasks_by_owner ON tasks (owner)
-        WHERE status IN ('queued', 'in_progress');
-    """,
-]
-
-#: The advisory lock that one starting process holds while it migrates.
-MIGRATION_LOCK = 0x4C4D5350  # "LMSP"
+#: The advisory lock that one starting process holds while it creates the tables.
+SCHEMA_LOCK = 0x4C4D5350  # "LMSP"
 #: Seconds a use of the store waits for a connection before it fails (the server is down).
 CONNECT_SECONDS = 2.0
 #: Connections a process keeps open at most.
@@ -139,7 +131,7 @@ class PostgresStore:
         )
         self._pool.open(wait=True, timeout=CONNECT_SECONDS * 5)
         try:
-            self._migrate()
+            self._create_tables()
         except BaseException:
             self._pool.close()
             raise
@@ -162,25 +154,12 @@ class PostgresStore:
             rows: list[Row] = list(connection.execute(_psycopg_sql(sql), parameters))
             return rows
 
-    def _migrate(self) -> None:
+    def _create_tables(self) -> None:
         with self.transaction() as db:
-            db.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
-            db.execute("CREATE TABLE IF NOT EXISTS lmsp_schema_version (version INTEGER NOT NULL)")
-            row = db.execute("SELECT max(version) AS version FROM lmsp_schema_version").fetchone()
-            version: int = row["version"] or 0
-            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute("INSERT INTO lmsp_schema_version (version) VALUES (?)", (number,))
-                log.info("the store %s is at schema version %d", self.describe(), number)
-
-    @property
-    def schema_version(self) -> int:
-        """The schema version of the database."""
-        row = self.fetchone("SELECT max(version) AS version FROM lmsp_schema_version")
-        version: int = row["version"] if row is not None else 0
-        return version
+            db.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
 
     def describe(self) -> str:
         """The URL, its password masked."""

@@ -30,87 +30,70 @@ from typing import Any
 from ..protocol.events import FINAL_EVENTS, ResponseEvent
 from .database import Database, Dialect, Row, Transaction
 
-#: Each entry moves the schema one version up; the store applies the ones it has not yet.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE tasks (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        model TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        started_at INTEGER,
-        completed_at INTEGER,
-        response_id TEXT NOT NULL,
-        request TEXT NOT NULL,
-        result TEXT,
-        error TEXT,
-        last_event_id INTEGER NOT NULL DEFAULT 0,
-        events_expired INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX tasks_by_owner ON tasks (owner, created_at DESC, id DESC);
-    CREATE TABLE events (
-        task_id TEXT NOT NULL,
-        id INTEGER NOT NULL,
-        event TEXT NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (task_id, id)
-    ) WITHOUT ROWID;
-    CREATE TABLE responses (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        context TEXT NOT NULL,
-        response TEXT NOT NULL
-    );
-    CREATE TABLE idempotency (
-        owner TEXT NOT NULL,
-        key TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        status INTEGER,
-        body TEXT,
-        PRIMARY KEY (owner, key)
-    );
-    """,
-    # The request's metadata beside the task, so tasks can be listed by it (LMSP 1.0 section 7).
-    """
-    ALTER TABLE tasks ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
-    UPDATE tasks SET metadata = json_extract(request, '$.metadata')
-        WHERE json_type(request, '$.metadata') = 'object';
-    """,
-    # Several servers on one file: each process holds a lease while it lives, and the tasks it
-    # runs and the keys it has in flight name it (NULL: from before, held by no one).
-    """
-    CREATE TABLE leases (
-        holder TEXT PRIMARY KEY,
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        expires_at REAL NOT NULL
-    );
-    ALTER TABLE tasks ADD COLUMN holder TEXT;
-    ALTER TABLE idempotency ADD COLUMN holder TEXT;
-    CREATE INDEX unfinished_tasks ON tasks (holder) WHERE status IN ('queued', 'in_progress');
-    """,
-    # A cancel asked of a server that does not run the task, for the one that does to see.
-    """
-    ALTER TABLE tasks ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
-    """,
-    # One service for many owners (a JupyterHub service): the tokens each owner's responses
-    # used, added up, and the owner's unfinished tasks counted quickly.
-    """
-    CREATE TABLE usage (
-        owner TEXT PRIMARY KEY,
-        responses INTEGER NOT NULL DEFAULT 0,
-        input_tokens INTEGER NOT NULL DEFAULT 0,
-        output_tokens INTEGER NOT NULL DEFAULT 0,
-        updated_at INTEGER NOT NULL
-    );
-    CREATE INDEX unfinished_tasks_by_owner ON tasks (owner)
-        WHERE status IN ('queued', 'in_progress');
-    """,
-]
+#: The tables, made when the file is new (an existing file has them already).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    holder TEXT,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    started_at INTEGER,
+    completed_at INTEGER,
+    response_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    last_event_id INTEGER NOT NULL DEFAULT 0,
+    events_expired INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS tasks_by_owner ON tasks (owner, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS unfinished_tasks ON tasks (holder)
+    WHERE status IN ('queued', 'in_progress');
+CREATE INDEX IF NOT EXISTS unfinished_tasks_by_owner ON tasks (owner)
+    WHERE status IN ('queued', 'in_progress');
+CREATE TABLE IF NOT EXISTS events (
+    task_id TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (task_id, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    context TEXT NOT NULL,
+    response TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    status INTEGER,
+    body TEXT,
+    holder TEXT,
+    PRIMARY KEY (owner, key)
+);
+CREATE TABLE IF NOT EXISTS leases (
+    holder TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    owner TEXT PRIMARY KEY,
+    responses INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    updated_at INTEGER NOT NULL
+);
+"""
 
 #: The statuses of a task that has not ended.
 UNFINISHED = "status IN ('queued', 'in_progress')"
@@ -154,7 +137,7 @@ class Store:
         self.busy_timeout = busy_timeout
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._migrate()
+        self._create_tables()
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -198,20 +181,11 @@ class Store:
         """The file, as a URL."""
         return f"sqlite:///{self.path}"
 
-    def _migrate(self) -> None:
+    def _create_tables(self) -> None:
         with self.transaction() as db:
-            version: int = db.execute("PRAGMA user_version").fetchone()[0]
-            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {number}")
-
-    @property
-    def schema_version(self) -> int:
-        """The schema version of the file."""
-        version: int = self.db.execute("PRAGMA user_version").fetchone()[0]
-        return version
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -568,8 +542,7 @@ _LOCKED: dict[Dialect, str] = {"sqlite": "", "postgresql": " FOR UPDATE"}
 
 def _gone(column: str) -> str:
     """SQL that is true when the process ``column`` names holds no lease at the time bound to
-    its one ``?`` (seconds since the epoch): it stopped, or stopped renewing. NULL (work
-    stored before leases) is no one's."""
+    its one ``?`` (seconds since the epoch): it stopped, or stopped renewing."""
     return (
         "NOT EXISTS (SELECT 1 FROM leases"
         f" WHERE leases.holder = {column} AND leases.expires_at > ?)"
