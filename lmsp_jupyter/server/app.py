@@ -34,7 +34,7 @@ from ..engine.catalog import (
 )
 from ..engine.embedding import Embedders
 from ..engine.local.engine import EngineSettings, LocalEngine
-from ..engine.local.llama import LlamaEmbedder
+from ..engine.local.llama.embedder import LlamaEmbedder
 from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
@@ -46,14 +46,15 @@ from ..protocol.environment import (
     TOKEN_VARIABLE,
     URL_VARIABLE,
 )
-from ..service.database import Database
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
 from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
-from ..service.store import (
+from ..service.store import open_store
+from ..service.store.interface import Database
+from ..service.store.records import (
     IdempotencyRecords,
     LeaseRecords,
     ResponseRecords,
@@ -61,7 +62,6 @@ from ..service.store import (
     UsageRecords,
     now,
 )
-from ..service.stores import open_store
 from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
 from .auth import ScopedTokens
 from .forward import HubForward, forward_handlers

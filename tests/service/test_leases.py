@@ -18,10 +18,11 @@ import pytest
 
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
-from lmsp_jupyter.service.database import Database, Row
 from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
 from lmsp_jupyter.service.limits import OwnerLimits
-from lmsp_jupyter.service.store import (
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.interface import Database, Row
+from lmsp_jupyter.service.store.records import (
     FinalState,
     IdempotencyRecords,
     LeaseRecords,
@@ -29,7 +30,6 @@ from lmsp_jupyter.service.store import (
     TaskLost,
     TaskRecords,
 )
-from lmsp_jupyter.service.stores import open_store
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL, Stores
 from tests.doubles import ScriptedEngine

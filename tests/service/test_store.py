@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.service.database import masked
-from lmsp_jupyter.service.store import (
-    FinalState,
-    ResponseRecords,
-    Store,
-    StoredEvent,
-    TaskRecords,
-)
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.interface import masked
+from lmsp_jupyter.service.store.records import FinalState, ResponseRecords, StoredEvent, TaskRecords
+from lmsp_jupyter.service.store.sqlite import SqliteStore
 from tests.conftest import Stores
 
 #: The process that runs the tasks of these tests.
@@ -38,7 +33,7 @@ TASK: dict[str, Any] = dict(
 
 
 def test_a_new_store_has_its_tables_in_wal_mode(tmp_path: Path) -> None:
-    store = Store(tmp_path / "lmsp.sqlite3")
+    store = SqliteStore(tmp_path / "lmsp.sqlite3")
     tables = store.fetchall("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     assert [row["name"] for row in tables] == [
         "events",
@@ -63,7 +58,7 @@ def test_reopening_keeps_the_data(stores: Stores) -> None:
 
 def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Path) -> None:
     path = tmp_path / "lmsp.sqlite3"
-    tasks = TaskRecords(Store(path))
+    tasks = TaskRecords(SqliteStore(path))
     tasks.insert(**TASK)
     tasks.append("task_1", HOLDER, StoredEvent(1, "response.created", "{}"))
     other = sqlite3.connect(path)

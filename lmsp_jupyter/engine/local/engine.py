@@ -36,8 +36,9 @@ from ..generation import (
 from ..guidance import SchemaMatcher
 from ..memory import footprint
 from ..templates import THINK_OPEN, ChatTemplate, fallback_template
-from .batching import ModelWorker
-from .llama import LlamaTokenizer, prepare_llama_cpp
+from .llama.runtime import prepare_llama_cpp
+from .llama.tokenizer import LlamaTokenizer
+from .worker import ModelWorker
 from .worker_inputs import GenerationRequest, WorkerSettings
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from .database import Cursor, Dialect, Row, masked
+from .interface import Cursor, Dialect, Row, masked
 
 #: The tables, made when the database has none (an existing one has them already).
 SCHEMA = """
@@ -112,7 +112,7 @@ class _Transaction:
 
 
 class PostgresStore:
-    """Durable state of the service in a PostgreSQL database (a :class:`.database.Database`)."""
+    """Durable state of the service in a PostgreSQL database (a :class:`.interface.Database`)."""
 
     dialect: Dialect = "postgresql"
 
