@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from . import ollama_handlers as ollama
 from .base import LmspHandler
+from .document_handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .embedding_handlers import EmbeddingsHandler
-from .handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .model_handlers import ModelHandler, ModelLoadHandler, ModelsHandler, ModelUnloadHandler
 from .response_handlers import (
     ChatCompletionsHandler,
