@@ -16,12 +16,12 @@ from tornado.web import HTTPError
 from ..protocol.errors import LmspError
 from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
-from ..service.database import store_problem
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import Action, IdempotencyKeys, Outcome
 from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
+from ..service.store.interface import store_problem
 from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 from .fingerprint import fingerprint

@@ -72,31 +72,14 @@ def trait_section(cls: type[Configurable], name: str, trait: Any) -> str:
     )
 
 
-def old_names() -> str:
-    """The settings' old names, each with the name to set now."""
-    moved = LmspApp.class_own_traits(moved_to=lambda new: new is not None)
-    lines = [
-        f"- `LmspApp.{name}`: set `{trait.metadata['moved_to']}`"
-        for name, trait in sorted(moved.items())
-    ]
-    return (
-        "## Old names\n\n"
-        "These names are still honoured, with a warning in the log, until the next release:\n\n"
-        + "\n".join(lines)
-        + "\n"
-    )
-
-
 def reference() -> str:
-    """The whole page: every configurable trait each class itself defines, by name, then the
-    old names of the settings that moved."""
+    """The whole page: every configurable trait each class itself defines, by name."""
     sections = [
         trait_section(cls, name, trait)
         for cls in CLASSES
         for name, trait in sorted(cls.class_own_traits(config=True).items())
-        if "moved_to" not in trait.metadata
     ]
-    return "\n".join([_HEADER, *sections, old_names()])
+    return "\n".join([_HEADER, *sections])
 
 
 if __name__ == "__main__":

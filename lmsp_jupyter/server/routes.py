@@ -1,8 +1,8 @@
 """The route tables: which handler serves which path of LMSP, of Ollama's API and of
 Anthropic's Messages API.
 
-LMSP's handlers are in :mod:`.handlers` (the service document, OpenAPI, the catch-all),
-:mod:`.model_handlers`, :mod:`.response_handlers`, :mod:`.task_handlers` and
+LMSP's handlers are in :mod:`.document_handlers` (the service document, OpenAPI, the
+catch-all), :mod:`.model_handlers`, :mod:`.response_handlers`, :mod:`.task_handlers` and
 :mod:`.embedding_handlers`; every one declares its operations (:mod:`.operations`), and the
 OpenAPI document (:mod:`.openapi`) is built from :data:`default_handlers`. Ollama's are in
 :mod:`.ollama_handlers`, served on the Jupyter port and on the opt-in listener
@@ -14,8 +14,8 @@ from __future__ import annotations
 from . import anthropic_handlers as anthropic
 from . import ollama_handlers as ollama
 from .base import LmspHandler
+from .document_handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .embedding_handlers import EmbeddingsHandler
-from .handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .model_handlers import ModelHandler, ModelLoadHandler, ModelsHandler, ModelUnloadHandler
 from .response_handlers import (
     ChatCompletionsHandler,

@@ -20,7 +20,7 @@ from ..protocol.chat_answers import (
 from ..protocol.completions import TextCompletion
 from ..protocol.events import ResponseEvent
 from ..service.channel import Interrupted
-from ..service.store import StoredEvent
+from ..service.store.records import StoredEvent
 from .base import LmspHandler
 
 #: A comment line alone: a blank line after it would make some clients see an empty event.

@@ -57,7 +57,7 @@ from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
 from .queue import ModelQueue, Ticket
 from .run import OWNER, ResponseRun
-from .store import ResponseRecords, UsageRecords
+from .store.records import ResponseRecords, UsageRecords
 
 __all__ = [
     "OWNER",
