@@ -16,7 +16,7 @@ import time
 
 from ulid import ULID
 
-from .store import LeaseRecords
+from .store.records import LeaseRecords
 
 log = logging.getLogger(__name__)
 

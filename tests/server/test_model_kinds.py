@@ -12,7 +12,7 @@ import pytest
 from traitlets.config import Config
 
 from lmsp_jupyter.engine.generation import ChatMessage
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate
 from tests.chat_template import GEMMA_TEMPLATE
 from tests.conftest import MODEL
