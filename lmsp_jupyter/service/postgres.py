@@ -93,6 +93,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX unfinished_tasks_by_owner ON tasks (owner)
         WHERE status IN ('queued', 'in_progress');
     """,
+    # Where a lease's process runs and when it started (see the SQLite store's migrations).
+    """
+    ALTER TABLE leases ADD COLUMN machine TEXT;
+    ALTER TABLE leases ADD COLUMN process_start BIGINT;
+    """,
 ]
 
 #: The advisory lock that one starting process holds while it migrates.
