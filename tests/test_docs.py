@@ -1,4 +1,4 @@
-"""The README's commands and the quickstart notebook work as written."""
+"""The README's commands and the service page's curl recipes work as written."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tests.docs_blocks import code_blocks, run_block
 from tests.helpers import ROOT
 
 README = (ROOT / "README.md").read_text()
+SERVICE_PAGE = (ROOT / "docs" / "service.md").read_text()
 
 
 def test_readme_has_exactly_two_set_up_commands_and_ci_runs_the_test_one() -> None:
@@ -28,8 +29,17 @@ def curl_env(live_server: LiveServer) -> dict[str, str]:
     return {**os.environ, "LMSP": live_server.lmsp, "JUPYTER_TOKEN": live_server.token}
 
 
-def test_readme_curl_examples_work_as_written(curl_env: dict[str, str]) -> None:
-    blocks = [b for b in code_blocks(README, "bash") if "curl " in b]
+def test_readme_curl_example_works_as_written(curl_env: dict[str, str]) -> None:
+    (block,) = [b for b in code_blocks(README, "bash") if "curl " in b]
+    output = run_block("bash", block, curl_env)
+    assert output.returncode == 0, output.stderr
+    answer = json.loads(output.stdout)
+    assert answer["object"] == "response" and answer["status"] in ("completed", "incomplete")
+    assert answer["output"][0]["type"] == "message"
+
+
+def test_service_page_curl_recipes_work_as_written(curl_env: dict[str, str]) -> None:
+    blocks = [b for b in code_blocks(SERVICE_PAGE, "bash") if "curl " in b]
     outputs = [run_block("bash", b, curl_env) for b in blocks]
     assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
     decoder = json.JSONDecoder()
@@ -53,3 +63,9 @@ def test_readme_curl_examples_work_as_written(curl_env: dict[str, str]) -> None:
     unloaded, _ = decoder.raw_decode(outputs[5].stdout[end:])
     assert (loaded["status"], unloaded["status"]) == ("loaded", "available")
     assert loaded["memory_bytes"] > 0 and "memory_bytes" not in unloaded
+
+
+def test_readme_stays_short_and_links_each_docs_page_once() -> None:
+    assert len(README.splitlines()) <= 220
+    pages = sorted(path.name for path in (ROOT / "docs").glob("*.md"))
+    assert {page: README.count(f"(docs/{page})") for page in pages} == dict.fromkeys(pages, 1)
