@@ -34,7 +34,7 @@ FINAL = {"response.completed", "response.incomplete", "response.failed", "respon
 PROMPTS = ("Tell me about rivers.", "Count to twenty.", "Write a short poem.", "Name colours.")
 #: The output tokens of each round's long task, and how long a round waits for it to stream
 #: before it kills anyway (a busy machine).
-LONG_TASK_TOKENS = 200
+LONG_TASK_TOKENS = 64
 STREAMING_WITHIN = 60.0
 #: A lease that outlives every round: the restarted server ends what the killed one held at
 #: once because its process is gone, not because its lease lapsed.
