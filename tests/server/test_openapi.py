@@ -1,8 +1,10 @@
 """The OpenAPI document of ``/lmsp/v1``: valid OpenAPI 3.1, served, and fuzzed with schemathesis.
 
-The fuzzing run sends a few thousand generated requests (positive and negative) to the live
-server and checks every reply: no 5xx, every error a problem document with a code of the spec's
-table, and status codes, media types, headers, bodies and SSE events as the document says.
+The fuzzing slice sends about a thousand generated requests (positive and negative) to the live
+server on the bundled model and checks every reply (tests/server/fuzzing.py): no 5xx, every
+error a problem document with a code of the spec's table, and status codes, media types,
+headers, bodies and SSE events as the document says. The bulk of the fuzzing runs on the
+scripted engine, in batches, with Ollama's API too: tests/server/test_fuzz.py.
 """
 
 from __future__ import annotations
