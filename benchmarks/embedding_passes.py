@@ -29,7 +29,7 @@ from benchmarks.harness.raw import Settings
 from benchmarks.ollama import corpus_texts, cosine, embedding_texts
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW
-from lmsp_jupyter.engine.local.llama import EMBEDDING_PASS_TOKENS, LlamaEmbedder
+from lmsp_jupyter.engine.local.llama.embedder import EMBEDDING_PASS_TOKENS, LlamaEmbedder
 
 
 def rates(embedder: LlamaEmbedder, args: argparse.Namespace) -> tuple[float, float, float]:

@@ -28,7 +28,8 @@ if not __package__:  # run as a file: python benchmarks/idle_models.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.raw import Settings, build_info
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, release_compute_threads
+from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
+from lmsp_jupyter.engine.local.llama.runtime import release_compute_threads
 
 #: Any tokens will do: the rate of a pass does not depend on which.
 _FIRST_TOKEN = 1000

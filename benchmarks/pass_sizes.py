@@ -14,7 +14,7 @@ regimes are apart: why a token's regime must not depend on the cache.
 With ``--widths`` it times verifications instead: passes of 1 to 48 tokens of one sequence,
 keeping the logits of every token (as a draft's verification does) and of the last only. Where
 the first cost more than the row count says, the kernels swept the output layer twice
-(``output_tile`` in ``engine/local/llama.py``).
+(``output_tile`` in ``engine/local/llama/runtime.py``).
 
 Run: ``.venv/bin/python benchmarks/pass_sizes.py [--tokens 320] [--rounds 20] [--widths]``.
 """
@@ -37,7 +37,8 @@ if not __package__:  # run as a file: python benchmarks/pass_sizes.py
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, prepare_llama_cpp
+from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
+from lmsp_jupyter.engine.local.llama.runtime import prepare_llama_cpp
 from lmsp_jupyter.engine.local.passes import BLOCK, PASS_MAX, pass_size
 
 SEQUENCES = 8

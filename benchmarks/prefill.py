@@ -34,7 +34,7 @@ import numpy as np
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.raw import Settings, build_info
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel
+from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
 from lmsp_jupyter.engine.local.passes import PASS_MAX, block_end, block_pass_size, pass_size
 
 TILED_VARIABLE = "GGML_CPU_TILED_MM"

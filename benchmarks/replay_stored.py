@@ -33,8 +33,8 @@ from lmsp_jupyter.protocol.items import OutputMessage, OutputText
 from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.protocol.responses import Response, Usage
 from lmsp_jupyter.service.responses import OWNER
-from lmsp_jupyter.service.store import FinalState, StoredEvent, TaskRecords, now
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.records import FinalState, StoredEvent, TaskRecords, now
 
 WORDS = (" The", " keeper", " climbed", " the", " tower", ",", " and", " the", " lamp", ".")
 DEFAULT_PROMPT = "Write a long story."

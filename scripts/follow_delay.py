@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmsp_jupyter.service.store import StoredEvent
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.records import StoredEvent
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL, free_port
 from tests.doubles import ScriptedEngine

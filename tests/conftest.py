@@ -20,8 +20,8 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.server.auth import JUPYTER_SCOPES, hash_token
-from lmsp_jupyter.service.database import Database
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.interface import Database
 from tests.helpers import eventually
 from tests.postgres import PostgresServer, find_bin
 

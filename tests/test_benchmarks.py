@@ -103,6 +103,19 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["kind raw off on on/off on/raw drafted"],
         ["code_edit+prediction ", "follow_up ", "free ", "2 streams, tok/s "],
     ),
+    "anthropic": (
+        "--tokens 4 --rounds 1",
+        [],
+        [
+            "output text: the same on both sides",
+            "messages ",
+            "responses ",
+            "ratio messages/responses tok/s: ",
+            "  first  turn ",
+            "  second turn ",
+            "ratio second/first turn TTFT: ",
+        ],
+    ),
     "ollama": (
         "--tokens 4 --rounds 1 --texts 2 --chunks 2 --chunk-tokens 20 --queries 1",
         [],

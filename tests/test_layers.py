@@ -14,7 +14,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "lmsp_jupyter"
 
 #: Which top-level parts each part may import (besides itself and the package's own root
-#: modules: its version, the moved-path aliases).
+#: modules: its version).
 LAYERS = {
     "protocol": set(),
     "engine": {"protocol"},

@@ -54,8 +54,8 @@ def sse_events(text: str) -> list[tuple[int, str, dict[str, object]]]:
 def test_the_page_has_the_blocks_these_tests_check(outputs: Outputs) -> None:
     assert {language: len(runs) for language, runs in outputs.items()} == {
         "bash": 9,
-        "python": 5,
-        "js": 3,
+        "python": 6,
+        "js": 4,
     }
 
 
@@ -184,3 +184,19 @@ def test_ollama_python_example(outputs: Outputs) -> None:
 def test_ollama_curl_example(outputs: Outputs) -> None:
     last = json.loads(outputs["bash"][8].stdout)
     assert (last["done"], last["done_reason"], last["eval_count"]) == (True, "length", 8)
+
+
+# --- Anthropic's clients -----------------------------------------------------------------------
+
+
+def test_anthropic_python_example(outputs: Outputs) -> None:
+    lines = outputs["python"][5].stdout.splitlines()
+    assert lines[0] == "claude-sonnet-4-5 max_tokens 8"
+    assert len(lines) >= 3  # the streamed text between (sampled: it may be blank lines)
+    assert lines[-1] == "True"
+
+
+def test_anthropic_js_example(outputs: Outputs) -> None:
+    lines = outputs["js"][3].stdout.splitlines()
+    assert len(lines) >= 2  # the streamed text before (sampled: it may be blank lines)
+    assert lines[-1] == "max_tokens 8"

@@ -7,7 +7,7 @@ is the counterpart of llama-server's ``--no-repack``. The server itself is uncha
 
 import runpy
 
-from lmsp_jupyter.engine.local.llama import no_weight_repacking
+from lmsp_jupyter.engine.local.llama.runtime import no_weight_repacking
 
 #: The command prefix that starts it, before the server's own arguments.
 MODULE = "benchmarks.harness.llama_cpp_server"

@@ -17,7 +17,7 @@ import llama_cpp
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from lmsp_jupyter.engine.local.engine import LocalEngine
-from lmsp_jupyter.engine.local.llama import no_weight_repacking, release_compute_threads
+from lmsp_jupyter.engine.local.llama.runtime import no_weight_repacking, release_compute_threads
 
 from .figures import Sample
 

@@ -34,7 +34,14 @@ from lmsp_jupyter.engine.memory import kv_bytes_per_token
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.models import ModelCapability
 
-from .scans import Found, ModelSource, scan_directory, scan_huggingface, scan_ollama, warn_once
+from .scans import (
+    ModelSource,
+    ScannedModel,
+    scan_directory,
+    scan_huggingface,
+    scan_ollama,
+    warn_once,
+)
 
 __all__ = [
     "BUNDLED_MODEL_ID",
@@ -195,7 +202,7 @@ class ModelCatalog:
                 return entry
         raise LmspError("model_not_found", f"model {model_id!r} is not available", param="model")
 
-    def _discover(self) -> Iterator[Found]:
+    def _discover(self) -> Iterator[ScannedModel]:
         if self._include_bundled:
             yield from _scan_bundled()
         for directory in self._model_dirs:
@@ -206,7 +213,7 @@ class ModelCatalog:
             yield from scan_huggingface(self._huggingface_cache_dir)
 
     def _entry(
-        self, found: Found, used_keys: set[_CacheKey]
+        self, found: ScannedModel, used_keys: set[_CacheKey]
     ) -> tuple[ModelEntry, tuple[int, int]] | None:
         """The entry for a found model and the identity of its first file, or ``None``."""
         try:
@@ -276,7 +283,7 @@ def bundled_progress() -> AssemblyProgress | None:
     return _assemble_bundled.progress
 
 
-def _scan_bundled() -> Iterator[Found]:
+def _scan_bundled() -> Iterator[ScannedModel]:
     module = _bundled_module()
     if module is None:
         return
@@ -286,7 +293,7 @@ def _scan_bundled() -> Iterator[Found]:
         warn_once("skipping the bundled model: %s", exc)
         return
     if chunks:
-        yield Found(BUNDLED_MODEL_ID, "bundled", chunks, _assemble_bundled, chained=True)
+        yield ScannedModel(BUNDLED_MODEL_ID, "bundled", chunks, _assemble_bundled, chained=True)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class InputTooLong(EngineError):
 
 
 class Embedder(Protocol):
-    """A model loaded to embed (``engine.local.llama.LlamaEmbedder``)."""
+    """A model loaded to embed (``engine.local.llama.embedder.LlamaEmbedder``)."""
 
     def count(self, text: str) -> int:
         """The tokens of ``text``."""

@@ -36,7 +36,7 @@ def warn_once(message: str, *args: object) -> None:
 
 
 @dataclass(frozen=True)
-class Found:
+class ScannedModel:
     """A model file set found by a scan, before its header is read."""
 
     id: str
@@ -102,17 +102,17 @@ def _walk(root: Path) -> Iterator[tuple[Path, builtins.list[str]]]:
 # --- directories -----------------------------------------------------------------------------
 
 
-def scan_directory(root: Path) -> Iterator[Found]:
+def scan_directory(root: Path) -> Iterator[ScannedModel]:
     """The models in ``root`` and the directories below it, named by their file names."""
     for directory, filenames in _walk(root):
         for model_id, files in _gguf_models(directory, filenames):
-            yield Found(model_id, "directory", files, files[0])
+            yield ScannedModel(model_id, "directory", files, files[0])
 
 
 # --- Ollama ----------------------------------------------------------------------------------
 
 
-def scan_ollama(ollama_dir: Path) -> Iterator[Found]:
+def scan_ollama(ollama_dir: Path) -> Iterator[ScannedModel]:
     """The models Ollama pulled, named as Ollama names them."""
     manifests = ollama_dir / "manifests"
     for manifest in sorted(manifests.glob("*/*/*/*")):
@@ -126,7 +126,7 @@ def scan_ollama(ollama_dir: Path) -> Iterator[Found]:
         if not blob.is_file():
             warn_once("skipping Ollama model %r: blob %s is missing", model_id, blob)
             continue
-        yield Found(model_id, "ollama", (blob,), blob)
+        yield ScannedModel(model_id, "ollama", (blob,), blob)
 
 
 def _ollama_id(host: str, namespace: str, model: str, tag: str) -> str:
@@ -165,7 +165,7 @@ def _ollama_model_digest(document: object) -> str:
 # --- Hugging Face ----------------------------------------------------------------------------
 
 
-def scan_huggingface(cache_dir: Path) -> Iterator[Found]:
+def scan_huggingface(cache_dir: Path) -> Iterator[ScannedModel]:
     """The newest snapshot's GGUF files of each repository in the hub cache (``org/name/file``)."""
     for repo_dir in sorted(cache_dir.glob("models--*")):
         repo = _huggingface_repo(repo_dir.name)
@@ -180,7 +180,7 @@ def scan_huggingface(cache_dir: Path) -> Iterator[Found]:
                 ):
                     newest[relative_id] = (mtime, files)
         for relative_id, (_, files) in sorted(newest.items()):
-            yield Found(f"{repo}/{relative_id}", "huggingface", files, files[0])
+            yield ScannedModel(f"{repo}/{relative_id}", "huggingface", files, files[0])
 
 
 def _huggingface_repo(dir_name: str) -> str | None:

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from .._moved import keep_old_paths
 from .answer import Answer
 from .connection import connect
 from .magics import LmspMagics
 from .notebook_tools import insert_cell, notebook_tools, read_cell, replace_cell, run_cell
 from .session import KernelSession
 from .tools import Tool, tool
-
-#: kernel/batching.py until it was named for what it holds; importable until the next release.
-keep_old_paths({"lmsp_jupyter.kernel.batching": "lmsp_jupyter.kernel.throttle"})
 
 __all__ = [
     "Answer",

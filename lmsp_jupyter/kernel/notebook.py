@@ -8,8 +8,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.events import ResponseEvent
+from .batcher import Batcher
 from .display import TASK_MIME, WIDGET_MIME, execution_count, publish, text_bundle
-from .throttle import Batcher
 from .widget import AnswerWidget
 
 if TYPE_CHECKING:

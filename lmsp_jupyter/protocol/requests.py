@@ -372,6 +372,12 @@ def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
                         f"content type {part.type!r} is reserved and not supported in LMSP 1.0",
                         param=f"input[{index}].content[{part_index}].type",
                     )
+    check_tool_choice(request)
+    return _one_output_format(request)
+
+
+def check_tool_choice(request: ResponseRequest) -> None:
+    """Refuse a ``tool_choice`` that asks for a call of a tool the request does not offer."""
     names = {tool.name for tool in request.tools or []}
     choice = request.tool_choice
     if choice == "required" and not request.tools:
@@ -392,7 +398,6 @@ def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
                     f"tool_choice allows {allowed.name!r}, which is not in tools",
                     param=f"tool_choice.tools[{index}].name",
                 )
-    return _one_output_format(request)
 
 
 def _one_output_format(request: ResponseRequest) -> ResponseRequest:

@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -21,7 +21,6 @@ from traitlets import (
     Int,
     List,
     TraitError,
-    TraitType,
     Type,
     Unicode,
     default,
@@ -35,7 +34,7 @@ from ..engine.catalog import (
 )
 from ..engine.embedding import Embedders
 from ..engine.local.engine import EngineSettings, LocalEngine
-from ..engine.local.llama import LlamaEmbedder
+from ..engine.local.llama.embedder import LlamaEmbedder
 from ..engine.manager import ModelManager
 from ..engine.remote import RemoteEngine, RemoteServer
 from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
@@ -47,14 +46,16 @@ from ..protocol.environment import (
     TOKEN_VARIABLE,
     URL_VARIABLE,
 )
-from ..service.database import Database
+from ..service.anthropic import AnthropicModels
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
 from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
-from ..service.store import (
+from ..service.store import open_store
+from ..service.store.interface import Database
+from ..service.store.records import (
     IdempotencyRecords,
     LeaseRecords,
     ResponseRecords,
@@ -62,24 +63,14 @@ from ..service.store import (
     UsageRecords,
     now,
 )
-from ..service.stores import open_store
 from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
 from .auth import ScopedTokens
 from .forward import HubForward, forward_handlers
 from .hub import hub_access, hub_service_argv, usage_handlers
 from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
-from .routes import default_handlers, ollama_handlers
+from .routes import anthropic_handlers, default_handlers, ollama_handlers
 from .sse import SLOW_CLIENT_SECONDS
-
-_Trait = TypeVar("_Trait", bound=TraitType[Any, Any])
-
-
-def moved_setting(trait: _Trait, moved_to: str) -> _Trait:
-    """``trait``, a setting of ``LmspApp`` that moved to ``moved_to`` (``Class.name``): still
-    accepted under its old name for one release, with a warning, and given to its new owner."""
-    trait.help = f"Deprecated: set {moved_to}."
-    return trait.tag(config=True, moved_to=moved_to)
 
 
 class PathList(List[str]):
@@ -122,7 +113,7 @@ class LmspApp(ExtensionApp):
     """Serves LMSP 1.0 under ``{base_url}lmsp/v1`` from the GGUF models on this machine."""
 
     name = "lmsp"
-    classes = [*ExtensionApp.classes, LocalEngine, ModelManager]
+    classes = [*ExtensionApp.classes, LocalEngine, ModelManager, AnthropicModels]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
@@ -152,17 +143,6 @@ class LmspApp(ExtensionApp):
         "model_manager_class(engine, embedders=..., parent=LmspApp, log=...): it reads its "
         "settings (ModelManager.keep_alive_seconds, ...) from the Jupyter config.",
     ).tag(config=True)
-
-    # The old spellings of settings now on the classes that use them: honoured, with a warning.
-    keep_alive_seconds = moved_setting(Float(), "ModelManager.keep_alive_seconds")
-    max_loaded_models = moved_setting(Int(), "ModelManager.max_loaded_models")
-    memory_budget_bytes = moved_setting(Int(), "ModelManager.memory_budget_bytes")
-    context_size = moved_setting(Int(), "LocalEngine.context_size")
-    threads = moved_setting(Int(), "LocalEngine.threads")
-    batch_size = moved_setting(Int(), "LocalEngine.batch_size")
-    parallel = moved_setting(Int(), "LocalEngine.parallel_requests")
-    speculation = moved_setting(Bool(), "LocalEngine.speculation")
-    keepalive_seconds = moved_setting(Float(), "LmspApp.sse_keepalive_seconds")
 
     ollama_dir = Unicode(
         help="An Ollama model store (manifests/ and blobs/) whose models are offered too. "
@@ -363,29 +343,10 @@ class LmspApp(ExtensionApp):
     def _default_huggingface_cache_dir(self) -> str:
         return str(default_huggingface_cache_dir())
 
-    def _honour_moved_settings(self) -> None:
-        """Each moved setting set under its old name: a warning, and its value given to its
-        new owner, unless that is set too (then the new name wins)."""
-        own = self.config[type(self).__name__]
-        for old, trait in self.class_traits(moved_to=lambda new: new is not None).items():
-            if old not in own:
-                continue
-            moved_to: str = trait.metadata["moved_to"]
-            self.log.warning(
-                "LmspApp.%s is deprecated and goes in the next release: set %s", old, moved_to
-            )
-            owner, new = moved_to.split(".")
-            if owner == "LmspApp":
-                if new not in own:
-                    setattr(self, new, getattr(self, old))
-            elif new not in self.config[owner]:
-                self.config[owner][new] = own[old]
-
     def initialize_settings(self) -> None:
         """Build the catalog, engine and services and share them with the handlers, and tell
         the kernels the server will start which model to ask by default."""
         self._share_log()
-        self._honour_moved_settings()
         export_default_model(self.default_model, os.environ)
         if self.forwards:
             self._forward_to_hub()
@@ -422,7 +383,7 @@ class LmspApp(ExtensionApp):
             store = self.store = open_store(self.store_url)
         except ValueError as exc:
             raise TraitError(f"LmspApp.store_url: {exc}") from None
-        self.log.info("LMSP store: %s (schema version %d)", store.describe(), store.schema_version)
+        self.log.info("LMSP store: %s", store.describe())
         lease = Lease(LeaseRecords(store), seconds=self.lease_seconds)
         lease.renew()
         models = ModelDirectory(
@@ -458,6 +419,7 @@ class LmspApp(ExtensionApp):
         self.settings.update(
             lmsp_models=models,
             lmsp_embeddings=self.embeddings,
+            lmsp_anthropic=AnthropicModels(models, self.default_model, parent=self, log=self.log),
             lmsp_responses=responses,
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
@@ -574,11 +536,12 @@ class LmspApp(ExtensionApp):
         self._ollama_listener = listener
 
     def initialize_handlers(self) -> None:
-        """Mount the LMSP routes, and Ollama's API before LMSP's catch-all of ``/lmsp/``."""
+        """Mount the LMSP routes, and Ollama's and Anthropic's APIs before LMSP's catch-all of
+        ``/lmsp/``."""
         if self.forwards:
             self.handlers.extend(forward_handlers())
             return
-        handlers: list[tuple[str, Any]] = [*ollama_handlers, *usage_handlers]
+        handlers: list[tuple[str, Any]] = [*ollama_handlers, *anthropic_handlers, *usage_handlers]
         if self.hub_service:
             from jupyterhub.services.auth import HubOAuthCallbackHandler
 

@@ -16,12 +16,12 @@ from tornado.web import HTTPError
 from ..protocol.errors import LmspError
 from ..protocol.models import LMSP_VERSION, Scope
 from ..protocol.requests import parse_json_body
-from ..service.database import store_problem
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import Action, IdempotencyKeys, Outcome
 from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
+from ..service.store.interface import store_problem
 from ..service.tasks import TaskService
 from .auth import JUPYTER_USER, Principal, ScopedTokens, require
 from .fingerprint import fingerprint
@@ -184,11 +184,14 @@ class LmspHandler(ExtensionHandlerMixin, APIHandler):
         if not (self.allow_origin or self.allow_origin_pat):
             self.clear_header("Access-Control-Allow-Origin")
 
+    #: The request headers a cross-origin client may send (a dialect's handlers add theirs).
+    cors_request_headers: ClassVar[str] = _CORS_REQUEST_HEADERS
+
     @allow_unauthenticated
     def options(self, *args: Any, **kwargs: Any) -> None:
         """Answer a CORS preflight: Jupyter's answer, with LMSP's request headers allowed."""
         super().options(*args, **kwargs)
-        self.set_header("Access-Control-Allow-Headers", _CORS_REQUEST_HEADERS)
+        self.set_header("Access-Control-Allow-Headers", self.cors_request_headers)
 
     def check_xsrf_cookie(self) -> None:
         """Anonymous requests get 401 in ``prepare``; only logged-in browsers need XSRF."""

@@ -21,7 +21,7 @@ from tornado.iostream import StreamClosedError
 from ..protocol.errors import LmspError
 from .auth import JUPYTER_USER
 from .base import LmspHandler
-from .handlers import NotFoundHandler
+from .document_handlers import NotFoundHandler
 from .hub import HUB_RETRY_AFTER_SECONDS
 
 #: The request headers that mean something to LMSP, sent on as they came.

@@ -29,7 +29,7 @@ from .components import (
     error_response,
     protocol_schemas,
 )
-from .handlers import NotFoundHandler
+from .document_handlers import NotFoundHandler
 from .hub import usage_handlers
 from .operations import COMMON_ERRORS, ref
 from .routes import default_handlers

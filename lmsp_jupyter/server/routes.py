@@ -1,19 +1,21 @@
-"""The route tables: which handler serves which path of LMSP and of Ollama's API.
+"""The route tables: which handler serves which path of LMSP, of Ollama's API and of
+Anthropic's Messages API.
 
-LMSP's handlers are in :mod:`.handlers` (the service document, OpenAPI, the catch-all),
-:mod:`.model_handlers`, :mod:`.response_handlers`, :mod:`.task_handlers` and
+LMSP's handlers are in :mod:`.document_handlers` (the service document, OpenAPI, the
+catch-all), :mod:`.model_handlers`, :mod:`.response_handlers`, :mod:`.task_handlers` and
 :mod:`.embedding_handlers`; every one declares its operations (:mod:`.operations`), and the
 OpenAPI document (:mod:`.openapi`) is built from :data:`default_handlers`. Ollama's are in
 :mod:`.ollama_handlers`, served on the Jupyter port and on the opt-in listener
-(:mod:`.ollama_listener`).
+(:mod:`.ollama_listener`). Anthropic's Messages API is in :mod:`.anthropic_handlers`.
 """
 
 from __future__ import annotations
 
+from . import anthropic_handlers as anthropic
 from . import ollama_handlers as ollama
 from .base import LmspHandler
+from .document_handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .embedding_handlers import EmbeddingsHandler
-from .handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .model_handlers import ModelHandler, ModelLoadHandler, ModelsHandler, ModelUnloadHandler
 from .response_handlers import (
     ChatCompletionsHandler,
@@ -64,4 +66,13 @@ ollama_handlers: list[tuple[str, type[ollama.OllamaHandler]]] = [
     *[(ollama.OLLAMA_PREFIX + path, handler) for path, handler in ollama_listener_handlers[:-1]],
     (ollama.OLLAMA_PREFIX + r"/api/(pull|push|create|copy|delete)", ollama.ModelStoreHandler),
     (ollama.OLLAMA_PREFIX + r"(/.*)", ollama.OllamaNotFoundHandler),
+]
+
+#: Anthropic's Messages API on the Jupyter port, mounted before LMSP's catch-all of ``/lmsp/``.
+anthropic_handlers: list[tuple[str, type[anthropic.AnthropicHandler]]] = [
+    (anthropic.ANTHROPIC_PREFIX + r"/v1/messages", anthropic.MessagesHandler),
+    (anthropic.ANTHROPIC_PREFIX + r"/v1/messages/count_tokens", anthropic.CountTokensHandler),
+    (anthropic.ANTHROPIC_PREFIX + r"/v1/models", anthropic.ModelsHandler),
+    (anthropic.ANTHROPIC_PREFIX + r"/v1/models/([^/]+)", anthropic.ModelHandler),
+    (anthropic.ANTHROPIC_PREFIX + r"(/.*)?", anthropic.AnthropicNotFoundHandler),
 ]

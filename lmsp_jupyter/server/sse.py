@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
+from ..protocol.anthropic_answers import AnthropicStreamEvent
 from ..protocol.chat_answers import (
     ChatCompletionChunk,
     ChatStreamDone,
@@ -19,7 +20,7 @@ from ..protocol.chat_answers import (
 from ..protocol.completions import TextCompletion
 from ..protocol.events import ResponseEvent
 from ..service.channel import Interrupted
-from ..service.store import StoredEvent
+from ..service.store.records import StoredEvent
 from .base import LmspHandler
 
 #: A comment line alone: a blank line after it would make some clients see an empty event.
@@ -31,12 +32,20 @@ SLOW_CLIENT_SECONDS = 30.0
 
 
 #: Anything that can be sent as one server-sent event.
-SseEvent = ResponseEvent | StoredEvent | Interrupted | ChatStreamFrame | TextCompletion
+SseEvent = (
+    ResponseEvent
+    | StoredEvent
+    | Interrupted
+    | ChatStreamFrame
+    | TextCompletion
+    | AnthropicStreamEvent
+)
 
 
 def sse_frame(event: SseEvent) -> bytes:
     """``event`` as SSE bytes: ``id``, ``event`` and one line of JSON ``data`` for LMSP events;
-    ``data`` alone for (Chat) Completions' frames, as OpenAI's clients read them."""
+    ``data`` alone for (Chat) Completions' frames, as OpenAI's clients read them; ``event``
+    (its ``type``) and ``data`` for Anthropic's Messages events."""
     if isinstance(event, ResponseEvent):
         return _frame(event.id, event.event, event.data_json())
     if isinstance(event, StoredEvent):
@@ -49,6 +58,8 @@ def sse_frame(event: SseEvent) -> bytes:
         )
     if isinstance(event, ChatCompletionChunk):
         return _frame(None, None, event.model_dump_json(exclude_none=True))
+    if isinstance(event, AnthropicStreamEvent):
+        return _frame(None, event.type, event.model_dump_json())
     if isinstance(event, ChatStreamError):
         return _frame(None, None, event.model_dump_json())
     assert isinstance(event, ChatStreamDone)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..protocol.errors import Problem
 from ..protocol.events import StreamError
-from .store import StoredEvent
+from .store.records import StoredEvent
 
 
 @dataclass(frozen=True)

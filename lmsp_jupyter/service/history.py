@@ -10,7 +10,7 @@ from ..protocol.items import InputItem, ItemReference, as_input_item
 from ..protocol.requests import ResponseRequest
 from ..protocol.responses import Response
 from .run import ResponseRun
-from .store import ResponseRecords
+from .store.records import ResponseRecords
 
 _CONTEXT = TypeAdapter(list[InputItem])
 

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..protocol.errors import PROBLEM_STATUSES, LmspError, Problem
-from .database import Transaction
-from .store import IdempotencyRecords, now
+from .store.interface import Transaction
+from .store.records import IdempotencyRecords, now
 
 KEY_TTL_SECONDS = 24 * 3600
 #: How often a request waits to see the answer of a key whose first attempt another server runs.

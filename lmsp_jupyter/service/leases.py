@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ulid import ULID
 
-from .store import LeaseRecords
+from .store.records import LeaseRecords
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import asyncio
 from collections import deque
 
 from ..protocol.errors import LmspError
-from .database import RETRY_AFTER_SECONDS
+from .store.interface import RETRY_AFTER_SECONDS
 
 
 class Ticket:

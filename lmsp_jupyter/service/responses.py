@@ -57,7 +57,7 @@ from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
 from .queue import ModelQueue, Ticket
 from .run import OWNER, ResponseRun
-from .store import ResponseRecords, UsageRecords
+from .store.records import ResponseRecords, UsageRecords
 
 __all__ = [
     "OWNER",
@@ -98,6 +98,24 @@ class ResponseService:
 
     async def start(self, request: ResponseRequest, owner: str = OWNER) -> ResponseRun:
         """Check the request against its model and render its prompt, before any generation."""
+        entry, prompt, context, decoding = await self._render(request, owner)
+        return await self._run(request, entry, prompt, owner, context, decoding)
+
+    async def count(self, request: ResponseRequest, owner: str = OWNER) -> int:
+        """The tokens of the prompt ``request`` renders, generating nothing (Anthropic's
+        ``count_tokens``); whether it fits the model's window is not checked."""
+        _, prompt, _, _ = await self._render(request, owner)
+        if prompt.bound is None or prompt.counter is None:
+            return prompt.length
+        try:
+            return (await prompt.counter())[0]
+        except EngineError as exc:
+            raise engine_problem(exc) from None
+
+    async def _render(
+        self, request: ResponseRequest, owner: str
+    ) -> tuple[ModelEntry, Prompt, list[InputItem], DecodingPlan]:
+        """The request's model, prompt, conversation and decoding, checked against its model."""
         entry = self.models.entry(request.model)
         self._check_capabilities(request, entry)
         history = self.history
@@ -112,7 +130,7 @@ class ResponseService:
             raise LmspError("invalid_request", str(exc), param=decoding.constraint_param) from None
         except EngineError as exc:
             raise engine_problem(exc) from None
-        return await self._run(request, entry, prompt, owner, context, decoding)
+        return entry, prompt, context, decoding
 
     async def start_text(
         self,

@@ -42,14 +42,14 @@ from ..protocol.requests import (
 from ..protocol.responses import Response, ResponseStatus
 from ..protocol.tasks import FINAL_TASK_STATUSES, Task, TaskRequest, TaskStatus
 from .channel import Channel, Interrupted
-from .database import Row
 from .idempotency import Claim
 from .leases import Lease
 from .limits import OwnerLimits
 from .queue import Ticket
 from .responses import ResponseService
 from .run import ResponseRun
-from .store import FinalState, StoredEvent, TaskLost, TaskRecords, now
+from .store.interface import Row
+from .store.records import FinalState, StoredEvent, TaskLost, TaskRecords, now
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.generation import Prompt, TokenLogprob
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 
 
 @pytest.fixture(scope="module")

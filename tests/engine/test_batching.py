@@ -3,7 +3,7 @@ gives the same text whatever else shares the batch or the cache, prefixes are re
 sequence's cancel or stop string touches no other, seeds repeat.
 
 One thread per model here: the result does not depend on it (passes have the sizes that keep
-llama.cpp's arithmetic the same, see ``engine/llama.py``), and a busy test machine runs one
+llama.cpp's arithmetic the same, see ``engine/local/llama/``), and a busy test machine runs one
 thread far faster.
 """
 
@@ -25,7 +25,7 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.local.passes import (
     BLOCK,
     PASS_MAX,

@@ -1,4 +1,4 @@
-"""The embedder of a generative model (``engine.local.llama.LlamaEmbedder`` with a pooling
+"""The embedder of a generative model (``engine.local.llama.embedder.LlamaEmbedder`` with a pooling
 named, as ``LmspApp.embedding_models`` names it), on the real bundled model: each pass ends at
 the tokens' last states, before the output layer, and the vectors are those of the whole
 graph, pooled as llama.cpp pools them."""
@@ -13,11 +13,8 @@ import pytest
 
 from lmsp_jupyter.engine.embedding import EMBEDDING_WINDOW
 from lmsp_jupyter.engine.generation import ModelLoadError
-from lmsp_jupyter.engine.local.llama import (
-    LlamaEmbedder,
-    no_weight_repacking,
-    use_reference_kernels,
-)
+from lmsp_jupyter.engine.local.llama.embedder import LlamaEmbedder
+from lmsp_jupyter.engine.local.llama.runtime import no_weight_repacking, use_reference_kernels
 
 TEXTS = [
     "The cat sat on the mat.",

@@ -1,5 +1,5 @@
 """Embedding requests gathered into shared llama.cpp batches, with the real bundled model and
-mean pooling (``engine/embedding.py``, ``engine.local.llama.LlamaEmbedder``): concurrent
+mean pooling (``engine/embedding.py``, ``engine.local.llama.embedder.LlamaEmbedder``): concurrent
 requests and the texts of one request are read together, and each text keeps its own vector
 (the same text alone or in a batch, up to its last bits: :data:`tests.helpers.SAME_TEXT_COSINE`)."""
 
@@ -18,7 +18,7 @@ from lmsp_jupyter.engine.embedding import (
     Embedders,
     InputTooLong,
 )
-from lmsp_jupyter.engine.local.llama import EMBEDDING_PASS_TOKENS, LlamaEmbedder
+from lmsp_jupyter.engine.local.llama.embedder import EMBEDDING_PASS_TOKENS, LlamaEmbedder
 from tests.helpers import same_text
 
 SHORT = ["The cat sat on the mat.", "Stock prices fell sharply today.", "A kitten rests."]

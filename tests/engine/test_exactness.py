@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.engine.local.llama import without_avx2
+from lmsp_jupyter.engine.local.llama.runtime import without_avx2
 
 #: llama.cpp's switch of its tiled matrix product, read once per process.
 VARIABLE = "GGML_CPU_TILED_MM"

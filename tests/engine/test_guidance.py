@@ -23,7 +23,7 @@ from lmsp_jupyter.engine.guidance import (
     SchemaMatcher,
     check_schema,
 )
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 
 END_OF_TURN_ID = 106
 NEWLINE_ID = 107

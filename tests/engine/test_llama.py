@@ -25,7 +25,9 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import BatchToken, LlamaModel, LlamaTokenizer, output_tile
+from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
+from lmsp_jupyter.engine.local.llama.runtime import output_tile
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate, fallback_template
 from tests.engine.conftest import prompt_of
 

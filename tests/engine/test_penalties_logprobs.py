@@ -19,7 +19,7 @@ from lmsp_jupyter.engine.generation import (
     TokenLogprob,
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from tests.engine.conftest import assert_same_runs, prompt_of
 
 #: A prompt a base model continues by repeating itself at temperature 0.

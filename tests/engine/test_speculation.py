@@ -17,7 +17,7 @@ from lmsp_jupyter.engine.generation import (
     TokenLogprob,
 )
 from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.local.speculation import (
     Draft,
     Drafter,

@@ -11,9 +11,9 @@ import pytest
 
 from lmsp_jupyter.kernel import notebook
 from lmsp_jupyter.kernel.answer import Answer
+from lmsp_jupyter.kernel.batcher import Batcher
 from lmsp_jupyter.kernel.display import TASK_MIME, WIDGET_MIME
 from lmsp_jupyter.kernel.notebook import NotebookView
-from lmsp_jupyter.kernel.throttle import Batcher
 from lmsp_jupyter.kernel.widget import AnswerWidget
 from tests.helpers import eventually
 from tests.kernel.fakes import ScriptedClient, Turn, note_call, note_tool

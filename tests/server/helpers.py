@@ -16,10 +16,10 @@ from traitlets.config import Config
 
 from lmsp_jupyter.engine.fim import FimTokens, raw_prompt_tokens
 from lmsp_jupyter.engine.generation import StopReason
-from lmsp_jupyter.engine.local.batching import ModelWorker
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
+from lmsp_jupyter.engine.local.worker import ModelWorker
 from lmsp_jupyter.server.app import LmspApp
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
 from tests.conftest import FIM_IDS, MODEL
 from tests.doubles import ScriptedEngine
 from tests.helpers import eventually, eventually_async

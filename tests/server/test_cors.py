@@ -148,3 +148,25 @@ def test_unauthorized_and_version_errors_to_an_allowed_origin_carry_the_cors_hea
     response = httpx.get(f"{server.lmsp}/models", headers=headers)
     assert_problem(response, 400, "unsupported_version")
     assert response.headers["access-control-allow-origin"] == ALLOWED
+
+
+def test_anthropics_api_allows_its_headers_and_its_errors_carry_the_cors_header(
+    server: LiveServer,
+) -> None:
+    messages = f"{server.root}lmsp/anthropic/v1/messages"
+    asked = "x-api-key, anthropic-version, anthropic-beta, content-type"
+    response = httpx.options(
+        messages,
+        headers={
+            "Origin": ALLOWED,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": asked,
+        },
+    )
+    assert response.status_code == 200
+    allowed = {h.strip() for h in response.headers["access-control-allow-headers"].split(",")}
+    assert {h.strip() for h in asked.split(",")} <= allowed
+    refused = httpx.post(messages, headers={"Origin": ALLOWED, "x-api-key": "wrong"}, json={})
+    assert refused.status_code == 401
+    assert refused.json()["error"]["type"] == "authentication_error"
+    assert refused.headers["access-control-allow-origin"] == ALLOWED

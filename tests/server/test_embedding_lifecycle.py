@@ -16,7 +16,7 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
 from lmsp_jupyter.engine.embedding import Embedders
-from lmsp_jupyter.engine.local.llama import LlamaEmbedder
+from lmsp_jupyter.engine.local.llama.embedder import LlamaEmbedder
 from tests.conftest import MODEL, LiveServer, running_server, stop_server
 from tests.helpers import eventually
 from tests.server.helpers import assert_problem

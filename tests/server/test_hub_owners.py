@@ -233,15 +233,15 @@ def test_hub_service_listens_where_the_hubs_environment_says() -> None:
         "JUPYTERHUB_SERVICE_PREFIX": "/services/lmsp/",
         "JUPYTERHUB_API_TOKEN": "secret",
     }
-    assert hub_service_argv(["--hub-service", "--LmspApp.parallel=2"], environ) == [
+    assert hub_service_argv(["--hub-service", "--LocalEngine.threads=2"], environ) == [
         "--ServerApp.ip=127.0.0.1",
         "--ServerApp.port=10101",
         "--ServerApp.port_retries=0",
         "--ServerApp.base_url=/services/lmsp/",
         "--LmspApp.hub_service=True",
-        "--LmspApp.parallel=2",
+        "--LocalEngine.threads=2",
     ]
-    assert hub_service_argv(["--LmspApp.parallel=2"], {}) == ["--LmspApp.parallel=2"]
+    assert hub_service_argv(["--LocalEngine.threads=2"], {}) == ["--LocalEngine.threads=2"]
     with pytest.raises(SystemExit, match="JUPYTERHUB_SERVICE_URL"):
         hub_service_argv(["--hub-service"], {"JUPYTERHUB_API_TOKEN": "secret"})
 

@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 from lmsp_jupyter.protocol.errors import EXTENSION_CODES, PROBLEM_TYPES
 from lmsp_jupyter.protocol.events import EVENT_NAMES
 from lmsp_jupyter.server.base import LmspHandler
-from lmsp_jupyter.server.handlers import NotFoundHandler, OpenApiHandler
+from lmsp_jupyter.server.document_handlers import NotFoundHandler, OpenApiHandler
 from lmsp_jupyter.server.hub import usage_handlers
 from lmsp_jupyter.server.openapi import openapi_document
 from lmsp_jupyter.server.routes import default_handlers

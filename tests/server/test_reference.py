@@ -10,6 +10,7 @@ from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.server.app import LmspApp
 from lmsp_jupyter.server.reference import reference
+from lmsp_jupyter.service.anthropic import AnthropicModels
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -30,8 +31,8 @@ def test_the_module_prints_the_reference() -> None:
 
 def test_every_configurable_trait_has_one_section_with_its_help() -> None:
     page = reference()
-    for cls, count in ((LmspApp, 30), (LocalEngine, 5), (ModelManager, 3)):
-        own = cls.class_own_traits(config=True, moved_to=None)
+    for cls, count in ((LmspApp, 30), (LocalEngine, 5), (ModelManager, 3), (AnthropicModels, 1)):
+        own = cls.class_own_traits(config=True)
         assert page.count(f"\n## `{cls.__name__}.") == len(own) == count
     assert "## `LocalEngine.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
     assert "- Default: the number of CPU cores (`os.cpu_count()`)" in page
@@ -40,13 +41,3 @@ def test_every_configurable_trait_has_one_section_with_its_help() -> None:
         "## `ModelManager.memory_budget_bytes`\n\n- Type: `Int`\n"
         "- Default: 50% of the machine's physical RAM\n"
     ) in page
-
-
-def test_the_old_names_are_listed_once_with_the_name_to_set() -> None:
-    page = reference()
-    moved = LmspApp.class_own_traits(moved_to=lambda new: new is not None)
-    assert len(moved) == 9
-    for name, trait in moved.items():
-        assert f"\n## `LmspApp.{name}`" not in page
-        assert page.count(f"`LmspApp.{name}`") == 1
-        assert f"- `LmspApp.{name}`: set `{trait.metadata['moved_to']}`" in page

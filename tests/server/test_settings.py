@@ -1,9 +1,8 @@
-"""Settings reach the objects that use them, and their old names on ``LmspApp`` still work.
+"""Settings reach the objects that use them.
 
 The model manager's settings (``ModelManager.keep_alive_seconds``, ...) and the local engine's
 (``LocalEngine.context_size``, ...) are their own traits, as jupyter-server's contents manager's
-are; the names they had on ``LmspApp`` are honoured with a warning, and the new name wins when
-both are set. Each test starts a Jupyter server (pytest-jupyter, in this process) with its own
+are. Each test starts a Jupyter server (pytest-jupyter, in this process) with its own
 command line.
 """
 
@@ -29,7 +28,6 @@ from lmsp_jupyter.protocol.environment import MODEL_VARIABLE
 from tests.server.helpers import lmsp_app, server_config
 
 SETTINGS = ("keep_alive_seconds", "max_loaded_models", "memory_budget_bytes")
-OLD = {"keep_alive_seconds": 1000.0, "max_loaded_models": 5, "memory_budget_bytes": 7 * 10**9}
 MANAGER = {"keep_alive_seconds": 2000.0, "max_loaded_models": 6, "memory_budget_bytes": 8 * 10**9}
 
 
@@ -59,34 +57,6 @@ def test_the_managers_settings_are_its_own(jp_serverapp: Any) -> None:
     assert manager_settings(jp_serverapp) == MANAGER
 
 
-@pytest.mark.parametrize("jp_argv", [flags("LmspApp", OLD)])
-def test_the_old_names_on_the_app_reach_the_manager_with_a_warning(
-    capfd: pytest.CaptureFixture[str], jp_serverapp: Any
-) -> None:
-    assert manager_settings(jp_serverapp) == OLD
-    log = capfd.readouterr().err  # the server's log, since before it started
-    for name in SETTINGS:
-        assert (
-            f"LmspApp.{name} is deprecated and goes in the next release: set ModelManager.{name}"
-        ) in log
-
-
-@pytest.mark.parametrize("jp_argv", [flags("LmspApp", OLD) + flags("ModelManager", MANAGER)])
-def test_the_new_names_win_over_the_old(jp_serverapp: Any) -> None:
-    assert manager_settings(jp_serverapp) == MANAGER
-
-
-@pytest.mark.parametrize(
-    "jp_argv", [["--LmspApp.keep_alive_seconds=1000", "--ModelManager.max_loaded_models=6"]]
-)
-def test_each_setting_comes_from_where_it_is_set(jp_serverapp: Any) -> None:
-    assert manager_settings(jp_serverapp) == {
-        "keep_alive_seconds": 1000.0,
-        "max_loaded_models": 6,
-        "memory_budget_bytes": default_memory_budget(),
-    }
-
-
 def test_unset_the_defaults_are_the_documented_ones(jp_serverapp: Any) -> None:
     assert manager_settings(jp_serverapp) == {
         "keep_alive_seconds": DEFAULT_KEEP_ALIVE_SECONDS,
@@ -111,43 +81,28 @@ def test_a_manager_without_an_app_has_the_same_defaults() -> None:
         [
             "--LocalEngine.context_size=1024",
             "--LocalEngine.parallel_requests=3",
-            "--LmspApp.batch_size=64",  # an old name
-            "--LmspApp.threads=5",
-            "--LocalEngine.threads=2",  # wins over the old name
-            "--LmspApp.speculation=False",
+            "--LocalEngine.batch_size=64",
+            "--LocalEngine.threads=2",
+            "--LocalEngine.speculation=False",
         ]
     ],
 )
-def test_the_engines_settings_are_its_own_and_old_names_still_work(jp_serverapp: Any) -> None:
+def test_the_engines_settings_are_its_own(jp_serverapp: Any) -> None:
     assert engine_settings(jp_serverapp) == EngineSettings(
         context_size=1024, threads=2, batch_size=64, parallel=3, speculation=False
     )
 
 
-@pytest.mark.parametrize(
-    ("jp_argv", "seconds"),
-    [
-        (["--LmspApp.sse_keepalive_seconds=7"], 7.0),
-        (["--LmspApp.keepalive_seconds=8"], 8.0),
-        (["--LmspApp.keepalive_seconds=8", "--LmspApp.sse_keepalive_seconds=7"], 7.0),
-    ],
-)
-def test_the_sse_keepalive_has_a_name_apart_from_the_models_keep_alive(
-    jp_serverapp: Any, seconds: float
-) -> None:
+@pytest.mark.parametrize("jp_argv", [["--LmspApp.sse_keepalive_seconds=7"]])
+def test_the_sse_keepalive_has_a_name_apart_from_the_models_keep_alive(jp_serverapp: Any) -> None:
     app = lmsp_app(jp_serverapp)
-    assert app.sse_keepalive_seconds == seconds
-    assert app.settings["lmsp_keepalive_seconds"] == seconds
+    assert app.sse_keepalive_seconds == 7.0
+    assert app.settings["lmsp_keepalive_seconds"] == 7.0
     assert app.model_manager.keep_alive_seconds == DEFAULT_KEEP_ALIVE_SECONDS
 
 
 @pytest.mark.parametrize(
-    ("jp_argv", "keep_alive"),
-    [
-        (["--ModelManager.keep_alive_seconds=1000"], 1000),
-        (["--LmspApp.keep_alive_seconds=1000"], 1000),
-        (["--LmspApp.keep_alive_seconds=1000", "--ModelManager.keep_alive_seconds=2000"], 2000),
-    ],
+    ("jp_argv", "keep_alive"), [(["--ModelManager.keep_alive_seconds=1000"], 1000)]
 )
 async def test_a_loaded_models_expiry_follows_the_keep_alive_set(
     lmsp: httpx.AsyncClient, keep_alive: int

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
 from tests.conftest import LiveServer, Stores, start_server, stop_server
 from tests.helpers import eventually
 from tests.server.helpers import ask, assert_problem, claimed_keys, events, start, wait_for_events

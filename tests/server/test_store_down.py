@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lmsp_jupyter.service.database import RETRY_AFTER_SECONDS
+from lmsp_jupyter.service.store.interface import RETRY_AFTER_SECONDS
 from tests.conftest import running_server
 from tests.helpers import eventually
 from tests.postgres import PostgresServer

@@ -13,12 +13,12 @@ from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
 from lmsp_jupyter.protocol.tasks import Task
-from lmsp_jupyter.service.database import Database
 from lmsp_jupyter.service.leases import Lease
 from lmsp_jupyter.service.limits import OwnerLimits
 from lmsp_jupyter.service.models import ModelDirectory
 from lmsp_jupyter.service.responses import ResponseService
-from lmsp_jupyter.service.store import (
+from lmsp_jupyter.service.store.interface import Database
+from lmsp_jupyter.service.store.records import (
     LeaseRecords,
     ResponseRecords,
     StoredEvent,

@@ -23,14 +23,10 @@ from lmsp_jupyter.protocol.events import OutputItemDone, ResponseEvent, Response
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.server.sse import sse_frame
 from lmsp_jupyter.service.channel import Interrupted
-from lmsp_jupyter.service.database import store_problem
 from lmsp_jupyter.service.idempotency import Action, Claim, IdempotencyKeys
-from lmsp_jupyter.service.store import (
-    IdempotencyRecords,
-    Store,
-    StoredEvent,
-    TaskRecords,
-)
+from lmsp_jupyter.service.store.interface import store_problem
+from lmsp_jupyter.service.store.records import IdempotencyRecords, StoredEvent, TaskRecords
+from lmsp_jupyter.service.store.sqlite import SqliteStore
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL
 from tests.doubles import ScriptedEngine
@@ -48,7 +44,7 @@ from tests.service.helpers import (
 )
 
 
-class FaultyStore(Store):
+class FaultyStore(SqliteStore):
     """A real store whose statements fail while ``fault`` is set and match ``on``."""
 
     fault: sqlite3.Error | None = None
@@ -93,7 +89,7 @@ async def test_an_engine_bug_ends_the_stream_with_open_items_done_and_one_failed
     tmp_path: Path,
 ) -> None:
     responses, _ = services(
-        ScriptedEngine(deltas=("Hel", "lo"), ending="bug"), Store(tmp_path / "s.db")
+        ScriptedEngine(deltas=("Hel", "lo"), ending="bug"), SqliteStore(tmp_path / "s.db")
     )
     run = await responses.start(request())
     events = [event async for event in responses.events(run, CancelToken())]
@@ -111,7 +107,7 @@ async def test_an_engine_bug_ends_the_stream_with_open_items_done_and_one_failed
 
 async def test_an_engine_that_stops_without_its_end_fails_the_generation(tmp_path: Path) -> None:
     responses, _ = services(
-        ScriptedEngine(deltas=("a",), ending="silent"), Store(tmp_path / "s.db")
+        ScriptedEngine(deltas=("a",), ending="silent"), SqliteStore(tmp_path / "s.db")
     )
     run = await responses.start(request())
     events = [event async for event in responses.events(run, CancelToken())]
@@ -140,7 +136,8 @@ async def test_a_response_that_cannot_be_stored_ends_with_response_failed(
 
 async def test_a_task_whose_engine_has_a_bug_stores_what_it_streamed(tmp_path: Path) -> None:
     _, tasks = services(
-        ScriptedEngine(deltas=("Hel", "lo"), delay=0.01, ending="bug"), Store(tmp_path / "s.db")
+        ScriptedEngine(deltas=("Hel", "lo"), delay=0.01, ending="bug"),
+        SqliteStore(tmp_path / "s.db"),
     )
     task = await tasks.create(
         {"type": "response", "request": {"model": MODEL, "input": "x"}}, "jupyter"
@@ -199,7 +196,7 @@ async def test_a_task_whose_store_fails_ends_followers_and_is_failed_once_it_rec
 # --- the store itself -----------------------------------------------------------------------------
 
 
-def one_task(store: Store, events: int = 0) -> TaskRecords:
+def one_task(store: SqliteStore, events: int = 0) -> TaskRecords:
     """The task records of ``store``, with one task, ``t``, and its first ``events`` events."""
     records = TaskRecords(store)
     records.insert(
@@ -243,7 +240,7 @@ def test_a_commit_refused_by_a_full_disk_rolls_back_and_the_store_recovers(
 
 
 def test_a_locked_database_is_503_overloaded_and_the_store_recovers(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db", busy_timeout=0.05)
+    store = SqliteStore(tmp_path / "s.db", busy_timeout=0.05)
     records = one_task(store)
     other = sqlite3.connect(store.path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
@@ -289,7 +286,7 @@ def fill(directory: Path) -> Path:
 def test_a_full_disk_fails_writes_and_the_store_recovers_when_space_returns(
     tiny_filesystem: Path,
 ) -> None:
-    store = Store(tiny_filesystem / "s.db")
+    store = SqliteStore(tiny_filesystem / "s.db")
     records = one_task(store, events=1)
     filler = fill(tiny_filesystem)
     failures = 0
@@ -312,7 +309,7 @@ def test_a_full_disk_fails_writes_and_the_store_recovers_when_space_returns(
 def test_a_read_only_file_system_fails_writes_and_the_store_recovers(
     tiny_filesystem: Path,
 ) -> None:
-    store = Store(tiny_filesystem / "s.db")
+    store = SqliteStore(tiny_filesystem / "s.db")
     records = one_task(store, events=1)
     store.close()  # a file open for writing keeps the mount from turning read-only
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_filesystem)], check=True)
@@ -355,7 +352,7 @@ def task_ids(path: Path) -> list[str]:
 async def test_a_process_killed_after_storing_a_task_leaves_its_key_answered(
     tmp_path: Path,
 ) -> None:
-    store = Store(tmp_path / "s.db")
+    store = SqliteStore(tmp_path / "s.db")
     _, tasks = services(ScriptedEngine(deltas=("a",)), store)
     body = {"type": "response", "request": {"model": MODEL, "input": "x"}}
     first = IdempotencyKeys(IdempotencyRecords(store), "first")

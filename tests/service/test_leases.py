@@ -10,34 +10,29 @@ unfinished task.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import multiprocessing
 import os
-import sqlite3
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
-from lmsp_jupyter.service.database import Database, Row
 from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
 from lmsp_jupyter.service.leases import process_gone, process_start, this_machine
 from lmsp_jupyter.service.limits import OwnerLimits
-from lmsp_jupyter.service.store import (
-    MIGRATIONS,
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.interface import Database, Row
+from lmsp_jupyter.service.store.records import (
     FinalState,
     IdempotencyRecords,
     LeaseRecords,
-    Store,
     StoredEvent,
     TaskLost,
     TaskRecords,
 )
-from lmsp_jupyter.service.stores import open_store
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL, Stores
 from tests.doubles import ScriptedEngine
@@ -559,31 +554,3 @@ def test_servers_creating_and_writing_one_store_at_once_never_find_it_locked(
     records = TaskRecords(stores.open(url))
     for holder in holders:
         assert [e.id for e in records.events_after(holder, 0)] == list(range(1, 301))
-
-
-# --- an older store -----------------------------------------------------------------------------
-
-
-def test_a_version_2_files_unfinished_task_and_key_in_flight_are_no_ones(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    with contextlib.closing(sqlite3.connect(path)) as old:
-        for script in MIGRATIONS[:2]:
-            for statement in script.split(";"):
-                old.execute(statement)
-        old.execute("PRAGMA user_version = 2")
-        old.execute(
-            "INSERT INTO tasks (id, owner, model, status, created_at, response_id, request)"
-            " VALUES ('task_1', ?, ?, 'in_progress', 1, 'resp_1', '{}')",
-            (OWNER, MODEL),
-        )
-        old.execute(
-            "INSERT INTO idempotency (owner, key, fingerprint, created_at)"
-            " VALUES (?, 'k', 'print', ?)",
-            (OWNER, int(time.time())),
-        )
-        old.commit()
-    tasks = server(Store(path))
-    assert tasks.records.store.schema_version == len(MIGRATIONS)
-    assert tasks.recover() == 1
-    assert tasks.get("task_1", OWNER).status == "failed"
-    assert IdempotencyRecords(tasks.records.store).get(OWNER, "k") is None  # freed

@@ -13,7 +13,7 @@ import pytest
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.generation import CancelToken, ChatMessage, EngineError, ModelLoadError
 from lmsp_jupyter.engine.local.engine import LocalEngine
-from lmsp_jupyter.engine.local.llama import LlamaTokenizer
+from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.templates import ChatTemplate, ChatTemplateError, fallback_template
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.events import (

@@ -1,5 +1,5 @@
-"""The stores: schema versions, durable events, purge, on a SQLite file and on PostgreSQL;
-WAL and the migration of older files, SQLite's own."""
+"""The stores: their tables, durable events, purge, on a SQLite file and on PostgreSQL; WAL,
+SQLite's own."""
 
 from __future__ import annotations
 
@@ -11,16 +11,10 @@ from typing import Any
 
 import pytest
 
-from lmsp_jupyter.service.database import masked
-from lmsp_jupyter.service.store import (
-    MIGRATIONS,
-    FinalState,
-    ResponseRecords,
-    Store,
-    StoredEvent,
-    TaskRecords,
-)
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.interface import masked
+from lmsp_jupyter.service.store.records import FinalState, ResponseRecords, StoredEvent, TaskRecords
+from lmsp_jupyter.service.store.sqlite import SqliteStore
 from tests.conftest import Stores
 
 #: The process that runs the tasks of these tests.
@@ -38,39 +32,33 @@ TASK: dict[str, Any] = dict(
 )
 
 
-def test_a_new_store_is_at_the_latest_schema_version_in_wal_mode(tmp_path: Path) -> None:
-    store = Store(tmp_path / "lmsp.sqlite3")
-    assert store.schema_version == len(MIGRATIONS)
+def test_a_new_store_has_its_tables_in_wal_mode(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "lmsp.sqlite3")
+    tables = store.fetchall("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    assert [row["name"] for row in tables] == [
+        "events",
+        "idempotency",
+        "leases",
+        "responses",
+        "tasks",
+        "usage",
+    ]
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_reopening_keeps_the_data_and_runs_no_migration_twice(stores: Stores) -> None:
+def test_reopening_keeps_the_data(stores: Stores) -> None:
     url = stores.new()
     tasks = TaskRecords(stores.open(url))
-    version = tasks.store.schema_version
-    if stores.kind == "sqlite":
-        assert version == len(MIGRATIONS)
-    else:
-        from lmsp_jupyter.service.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
-
-        assert version == len(POSTGRES_MIGRATIONS)
     tasks.insert(**TASK)
     reopened = TaskRecords(stores.open(url))
-    assert reopened.store.schema_version == version
     row = reopened.get("task_1")
     assert row is not None
     assert row["status"] == "queued"
 
 
-def test_an_older_file_is_migrated_forward(tmp_path: Path) -> None:
-    path = tmp_path / "lmsp.sqlite3"
-    sqlite3.connect(path).close()  # an empty file at version 0
-    assert Store(path).schema_version == len(MIGRATIONS)
-
-
 def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Path) -> None:
     path = tmp_path / "lmsp.sqlite3"
-    tasks = TaskRecords(Store(path))
+    tasks = TaskRecords(SqliteStore(path))
     tasks.insert(**TASK)
     tasks.append("task_1", HOLDER, StoredEvent(1, "response.created", "{}"))
     other = sqlite3.connect(path)
@@ -100,26 +88,6 @@ def test_purge_drops_events_first_then_tasks(stores: Stores) -> None:
     assert tasks.events_after("task_1", 0) == []
     assert tasks.purge(events_before=11, tasks_before=11) == (0, 1)
     assert tasks.get("task_1") is None
-
-
-def test_a_version_1_file_gets_the_metadata_of_its_tasks_requests(tmp_path: Path) -> None:
-    path = tmp_path / "lmsp.sqlite3"
-    old = sqlite3.connect(path)
-    for statement in MIGRATIONS[0].split(";"):
-        old.execute(statement)
-    old.execute("PRAGMA user_version = 1")
-    insert = (
-        "INSERT INTO tasks (id, owner, model, status, created_at, response_id, request)"
-        " VALUES (?, 'o', 'm', 'completed', 1, 'resp_1', ?)"
-    )
-    old.execute(insert, ("task_1", '{"model":"m","metadata":{"cell":"c1"}}'))
-    old.execute(insert, ("task_2", '{"model":"m"}'))
-    old.commit()
-    old.close()
-    tasks = TaskRecords(Store(path))
-    assert tasks.store.schema_version == len(MIGRATIONS)
-    rows = [tasks.get(task_id) for task_id in ("task_1", "task_2")]
-    assert [row["metadata"] for row in rows if row] == ['{"cell":"c1"}', "{}"]
 
 
 def test_newest_keeps_the_tasks_having_every_given_pair(stores: Stores) -> None:

@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 
 from benchmarks.harness.sse import aiter_events
-from lmsp_jupyter.service.database import Row
-from lmsp_jupyter.service.stores import open_store
+from lmsp_jupyter.service.store import open_store
+from lmsp_jupyter.service.store.interface import Row
 from tests.conftest import MODEL, LiveServer, start_server, stop_server
 from tests.helpers import eventually
 

@@ -11,11 +11,10 @@ import asyncio
 import logging
 import os
 import threading
-import warnings
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from traitlets import Bool, Int
 from traitlets.config import LoggingConfigurable
@@ -37,8 +36,9 @@ from ..generation import (
 from ..guidance import SchemaMatcher
 from ..memory import footprint
 from ..templates import THINK_OPEN, ChatTemplate, fallback_template
-from .batching import ModelWorker
-from .llama import LlamaTokenizer, prepare_llama_cpp
+from .llama.runtime import prepare_llama_cpp
+from .llama.tokenizer import LlamaTokenizer
+from .worker import ModelWorker
 from .worker_inputs import GenerationRequest, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -339,19 +339,3 @@ class LocalEngine(LoggingConfigurable):
                 tokenizing.close()
             self._workers.clear()
             self._tokenizers.clear()
-
-
-if not TYPE_CHECKING:  # hidden from mypy, which would take every missing name for Any
-
-    def __getattr__(name: str) -> Any:
-        """``Engine``, this class's name before engine/local/, answers for one release
-        (warned)."""
-        if name == "Engine":
-            warnings.warn(
-                "lmsp_jupyter's Engine is now LocalEngine (lmsp_jupyter.engine.local.engine); "
-                "the old name goes in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return LocalEngine
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

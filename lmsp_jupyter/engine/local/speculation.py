@@ -4,7 +4,7 @@ many of them to verify so that a pass is never slower than reading one token.
 
 Drafts change only how many positions a pass reads, never what is sampled: the batching
 worker samples each verified position from its own logits, in order, and keeps a draft token
-only while it equals what was sampled (``engine/batching.py``).
+only while it equals what was sampled (``engine/local/worker.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _OWN_BASE_MS, _OWN_PER_TOKEN_MS = 19.0, 2.0
 #: against 8 prompt tokens (one of them with logits), 46.6 against 30.6 ms.
 LOGITS_MS = 2.3
 #: What a pass whose rows of logits are not a whole number of the output layer's tiles adds: a
-#: second sweep over its weights (``output_tile`` in ``engine/local/llama.py``; 11–17 ms
+#: second sweep over its weights (``output_tile`` in ``engine/local/llama/runtime.py``; 11–17 ms
 #: measured with ``benchmarks/pass_sizes.py --widths``, in this model's scale).
 _LEFT_OVER_MS = 12.0
 #: A draft must promise this much more throughput than reading one token; what the cost model
@@ -91,7 +91,7 @@ class Drafter:
 
     def __init__(self, tokens: list[int], prediction: Sequence[int] = (), tile: int = 1) -> None:
         """``tile``: the rows of logits the model's kernels compute at a time (``output_tile``
-        in ``engine/local/llama.py``), which the cost model weighs."""
+        in ``engine/local/llama/runtime.py``), which the cost model weighs."""
         #: The sequence's tokens (its prompt, then its answer), growing as it is generated.
         self._tokens = tokens
         self._tile = tile

@@ -1,13 +1,9 @@
-"""The store's records (tasks, their events, stored responses, idempotency keys, leases), and
-the SQLite store that keeps them in one file.
+"""The store's records (tasks, their events, stored responses, idempotency keys, leases): the SQL
+the service writes through any :class:`.interface.Database`, a SQLite file (:mod:`.sqlite`) or
+a PostgreSQL database (:mod:`.postgres`).
 
-The record classes write through any :class:`.database.Database`: this SQLite file or a
-PostgreSQL database (:mod:`.postgres`).
-
-The SQLite store has one connection per thread that uses it; WAL lets the background purge run
-beside the requests, and several servers of one user share one file (every write waits its
-turn, up to the busy timeout). Each event is committed before anyone is sent it, so a killed
-process loses none that a client saw.
+Each event is committed before anyone is sent it, so a killed process loses none that a client
+saw.
 
 Each serving process holds a lease in the store that it renews while it lives; the tasks it runs
 and the idempotency keys it has in flight name it as their holder. What a process whose lease
@@ -20,112 +16,16 @@ has lapsed, or was dropped, held is ended by whichever process finds it
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ..protocol.events import FINAL_EVENTS, ResponseEvent
-from .database import Database, Dialect, Row, Transaction
-
-#: Each entry moves the schema one version up; the store applies the ones it has not yet.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE tasks (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        model TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        started_at INTEGER,
-        completed_at INTEGER,
-        response_id TEXT NOT NULL,
-        request TEXT NOT NULL,
-        result TEXT,
-        error TEXT,
-        last_event_id INTEGER NOT NULL DEFAULT 0,
-        events_expired INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX tasks_by_owner ON tasks (owner, created_at DESC, id DESC);
-    CREATE TABLE events (
-        task_id TEXT NOT NULL,
-        id INTEGER NOT NULL,
-        event TEXT NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (task_id, id)
-    ) WITHOUT ROWID;
-    CREATE TABLE responses (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        context TEXT NOT NULL,
-        response TEXT NOT NULL
-    );
-    CREATE TABLE idempotency (
-        owner TEXT NOT NULL,
-        key TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        status INTEGER,
-        body TEXT,
-        PRIMARY KEY (owner, key)
-    );
-    """,
-    # The request's metadata beside the task, so tasks can be listed by it (LMSP 1.0 section 7).
-    """
-    ALTER TABLE tasks ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
-    UPDATE tasks SET metadata = json_extract(request, '$.metadata')
-        WHERE json_type(request, '$.metadata') = 'object';
-    """,
-    # Several servers on one file: each process holds a lease while it lives, and the tasks it
-    # runs and the keys it has in flight name it (NULL: from before, held by no one).
-    """
-    CREATE TABLE leases (
-        holder TEXT PRIMARY KEY,
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        expires_at REAL NOT NULL
-    );
-    ALTER TABLE tasks ADD COLUMN holder TEXT;
-    ALTER TABLE idempotency ADD COLUMN holder TEXT;
-    CREATE INDEX unfinished_tasks ON tasks (holder) WHERE status IN ('queued', 'in_progress');
-    """,
-    # A cancel asked of a server that does not run the task, for the one that does to see.
-    """
-    ALTER TABLE tasks ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
-    """,
-    # One service for many owners (a JupyterHub service): the tokens each owner's responses
-    # used, added up, and the owner's unfinished tasks counted quickly.
-    """
-    CREATE TABLE usage (
-        owner TEXT PRIMARY KEY,
-        responses INTEGER NOT NULL DEFAULT 0,
-        input_tokens INTEGER NOT NULL DEFAULT 0,
-        output_tokens INTEGER NOT NULL DEFAULT 0,
-        updated_at INTEGER NOT NULL
-    );
-    CREATE INDEX unfinished_tasks_by_owner ON tasks (owner)
-        WHERE status IN ('queued', 'in_progress');
-    """,
-    # Where a lease's process runs and when it started: a server of the same machine ends what
-    # a gone process held at once (.leases); NULL, taken before or where /proc is missing.
-    """
-    ALTER TABLE leases ADD COLUMN machine TEXT;
-    ALTER TABLE leases ADD COLUMN process_start INTEGER;
-    """,
-]
+from ...protocol.events import FINAL_EVENTS, ResponseEvent
+from .interface import Database, Dialect, Row, Transaction
 
 #: The statuses of a task that has not ended.
 UNFINISHED = "status IN ('queued', 'in_progress')"
-
-
-#: How long a write waits for another writer (it blocks the event loop meanwhile).
-BUSY_TIMEOUT_SECONDS = 5.0
 
 
 class TaskLost(Exception):
@@ -150,83 +50,6 @@ class StoredEvent:
     def of(cls, event: ResponseEvent) -> StoredEvent:
         """``event`` as it is stored."""
         return cls(event.id, event.event, event.data_json())
-
-
-class Store:
-    """Durable state of the service in one SQLite file (a :class:`.database.Database`)."""
-
-    dialect: Dialect = "sqlite"
-
-    def __init__(self, path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
-        self.path = path
-        self.busy_timeout = busy_timeout
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        self._migrate()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        """This thread's connection."""
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
-            connection.row_factory = sqlite3.Row
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute("PRAGMA foreign_keys=ON")
-            self._local.connection = connection
-        return connection
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction, committed on success, rolled back whole on any failure."""
-        db = self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-            db.execute("COMMIT")  # a full disk may refuse the commit itself
-        except BaseException:
-            try:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-            except sqlite3.Error:
-                self.close()  # a connection that cannot roll back is dropped, not reused
-            raise
-
-    def fetchone(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
-        """The first row a read gives, if any."""
-        row: Row | None = self.db.execute(sql, parameters).fetchone()
-        return row
-
-    def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
-        """Every row a read gives."""
-        return self.db.execute(sql, parameters).fetchall()
-
-    def describe(self) -> str:
-        """The file, as a URL."""
-        return f"sqlite:///{self.path}"
-
-    def _migrate(self) -> None:
-        with self.transaction() as db:
-            version: int = db.execute("PRAGMA user_version").fetchone()[0]
-            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {number}")
-
-    @property
-    def schema_version(self) -> int:
-        """The schema version of the file."""
-        version: int = self.db.execute("PRAGMA user_version").fetchone()[0]
-        return version
-
-    def close(self) -> None:
-        """Close this thread's connection."""
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
-            connection.close()
-            self._local.connection = None
 
 
 def dumps(value: Any) -> str:
@@ -576,8 +399,7 @@ _LOCKED: dict[Dialect, str] = {"sqlite": "", "postgresql": " FOR UPDATE"}
 
 def _gone(column: str) -> str:
     """SQL that is true when the process ``column`` names holds no lease at the time bound to
-    its one ``?`` (seconds since the epoch): it stopped, or stopped renewing. NULL (work
-    stored before leases) is no one's."""
+    its one ``?`` (seconds since the epoch): it stopped, or stopped renewing."""
     return (
         "NOT EXISTS (SELECT 1 FROM leases"
         f" WHERE leases.holder = {column} AND leases.expires_at > ?)"

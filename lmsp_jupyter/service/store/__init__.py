@@ -1,11 +1,13 @@
-"""The factory of stores: the database ``LmspApp.store_url`` names, SQLite or PostgreSQL."""
+"""The service's durable store, by room: the records it keeps (:mod:`.records`), the interface
+of a database they are written through (:mod:`.interface`), its two backends (:mod:`.sqlite`,
+:mod:`.postgres`), and :func:`open_store`, the database ``LmspApp.store_url`` names."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .database import Database
-from .store import Store
+from .interface import Database
+from .sqlite import SqliteStore
 
 
 def open_store(url: str) -> Database:
@@ -16,7 +18,7 @@ def open_store(url: str) -> Database:
     if scheme == "sqlite":
         if not url.startswith("sqlite:///"):
             raise ValueError(f"a SQLite store URL is sqlite:///path, not {url!r}")
-        return Store(Path(url.removeprefix("sqlite:///")).expanduser())
+        return SqliteStore(Path(url.removeprefix("sqlite:///")).expanduser())
     if scheme in ("postgresql", "postgres"):
         try:
             from .postgres import PostgresStore

@@ -33,7 +33,9 @@ from ..generation import (
     TextDelta,
     TokenLogprob,
 )
-from .llama import BatchToken, LlamaModel, TokenSampler, release_compute_threads
+from .llama.model import BatchToken, LlamaModel
+from .llama.runtime import release_compute_threads
+from .llama.sampler import TokenSampler
 from .passes import block_end, block_pass_size, decode_pass, pass_size, reusable
 from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText

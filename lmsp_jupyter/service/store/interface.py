@@ -1,7 +1,7 @@
-"""The store's interface: one database the record classes of :mod:`.store` write through
-(:func:`.stores.open_store` opens one from ``LmspApp.store_url``).
+"""The store's interface: one database the record classes of :mod:`.records` write through
+(:func:`.open_store` opens one from ``LmspApp.store_url``).
 
-Two implementations: one SQLite file (:class:`.store.Store`, a user's servers) and a
+Two implementations: one SQLite file (:class:`.sqlite.SqliteStore`, a user's servers) and a
 PostgreSQL database through a connection pool (:class:`.postgres.PostgresStore`, service
 replicas of a shared deployment). Both take the records' SQL with ``?`` parameters; what
 differs between them (locking, JSON) is asked of :attr:`Database.dialect`.
@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ..protocol.errors import LmspError
+from ...protocol.errors import LmspError
 
 #: Seconds a client is told to wait before retrying when the store is busy or unreachable.
 RETRY_AFTER_SECONDS = 5
@@ -64,10 +64,6 @@ class Database(Protocol):
 
     def fetchall(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
         """Every row a read gives."""
-
-    @property
-    def schema_version(self) -> int:
-        """The version of the schema its migrations have reached."""
 
     def describe(self) -> str:
         """Where it is, for the log: a URL with no password."""
