@@ -193,8 +193,10 @@ def start_server(
     app: str = "server",
     base_url: str = "/jp/",
     config: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> LiveServer:
-    """Start ``jupyter server`` (or ``jupyter lmsp``) and wait until LMSP answers."""
+    """Start ``jupyter server`` (or ``jupyter lmsp``) and wait until LMSP answers; ``environ``
+    adds to its environment."""
     port, token = free_port(), secrets.token_hex(16)
     for name in ("config", "data", "runtime", "root"):
         (tmp / name).mkdir(parents=True, exist_ok=True)
@@ -204,6 +206,7 @@ def start_server(
         "JUPYTER_CONFIG_DIR": str(tmp / "config"),
         "JUPYTER_DATA_DIR": str(tmp / "data"),
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        **(environ or {}),
     }
     command = [
         str(Path(sys.executable).with_name(f"jupyter-{app}")),
@@ -244,10 +247,13 @@ def start_server(
 
 @contextlib.contextmanager
 def running_server(
-    tmp: Path, *extra: str, config: Mapping[str, object] | None = None
+    tmp: Path,
+    *extra: str,
+    config: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Iterator[LiveServer]:
     """:func:`start_server` with ``jupyter server``, stopped after the block."""
-    server = start_server(tmp, *extra, config=config)
+    server = start_server(tmp, *extra, config=config, environ=environ)
     try:
         yield server
     finally:

@@ -200,14 +200,16 @@ class LmspApp(ExtensionApp):
         help="How long this server's lease on the tasks it runs lasts unrenewed. Servers that "
         "share a store (all of a user's, by default) each hold one; a server fails another's "
         "queued and running tasks with service_restarted, and frees its idempotency keys in "
-        "flight, only once that server's lease has lapsed: it was killed or hung this long. "
+        "flight, once that server's lease has lapsed: it was killed or hung this long. A "
+        "server of the same machine whose process has ended is found at once instead (at "
+        "start, on each renewal, and when a follower or a retried key meets its work). "
         "Must be more than lease_renew_seconds.",
     ).tag(config=True)
 
     lease_renew_seconds = Float(
         RENEW_SECONDS,
         help="How often this server renews its lease and fails the tasks of servers whose "
-        "lease has lapsed.",
+        "lease has lapsed or whose process of this machine has ended.",
     ).tag(config=True)
 
     max_queued_tasks = Int(
@@ -424,7 +426,9 @@ class LmspApp(ExtensionApp):
             limits=limits,
         )
         self._recovered(self.task_service.recover())
-        self.idempotency = IdempotencyKeys(IdempotencyRecords(store), lease.holder)
+        self.idempotency = IdempotencyKeys(
+            IdempotencyRecords(store), lease.holder, end_dead=self.task_service.end_dead
+        )
         self.settings.update(
             lmsp_models=models,
             lmsp_embeddings=self.embeddings,

@@ -5,7 +5,9 @@ usage endpoint, and where the hub says to listen.
 normally ``/services/lmsp/``). API requests carry a user's hub token (``Authorization: Bearer``
 or ``token``); browsers log in through the hub's OAuth (``HubOAuth``, its callback at
 ``{prefix}oauth_callback``). Each hub user is an owner of its own tasks and stored responses
-(``hub:<name>``); a user holding :data:`ADMIN_SCOPE` reads, follows and cancels everyone's.
+(``hub:<name>``) and holds :data:`USER_SCOPES`: it lists models and asks them, but loads and
+unloads none. A user holding :data:`ADMIN_SCOPE` holds every LMSP scope, and reads, follows and
+cancels everyone's tasks and responses and reads everyone's usage.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 from tornado.web import HTTPError, RequestHandler
 
 from ..protocol.errors import LmspError
+from ..protocol.models import Scope
 from .auth import JUPYTER_SCOPES, Principal
 from .base import LmspHandler
 from .operations import Operation, json_reply
@@ -26,9 +29,15 @@ from .operations import Operation, json_reply
 if TYPE_CHECKING:
     from jupyterhub.services.auth import HubOAuth
 
-#: The hub scope that lets a user see every user's tasks, responses and usage. Declared in
-#: ``c.JupyterHub.custom_scopes`` and granted by a role (docs/jupyterhub.md).
+#: The hub scope that lets a user load and unload models, and see every user's tasks,
+#: responses and usage. Declared in ``c.JupyterHub.custom_scopes`` and granted by a role
+#: (``lmsp-admin`` in docs/jupyterhub.md).
 ADMIN_SCOPE = "custom:lmsp:admin"
+#: The LMSP scopes of every hub user: the models listed, asked, and its own tasks. A model
+#: loaded or unloaded is loaded or unloaded for every user: that is the admin's.
+USER_SCOPES: frozenset[Scope] = frozenset(
+    {"models:read", "responses:read", "responses:write", "tasks:read", "tasks:write"}
+)
 #: What a client is told to wait when the hub does not answer, in seconds.
 HUB_RETRY_AFTER_SECONDS = 10
 #: The owner name of a hub user.
@@ -36,12 +45,13 @@ OWNER_PREFIX = "hub:"
 
 
 def hub_principal(user: Mapping[str, Any]) -> Principal:
-    """The principal of a hub user model: its own owner, every LMSP scope, admin by scope."""
-    scopes = user.get("scopes") or ()
+    """The principal of a hub user model: its own owner, with :data:`USER_SCOPES`; with
+    :data:`ADMIN_SCOPE`, an admin with every LMSP scope."""
+    admin = ADMIN_SCOPE in (user.get("scopes") or ())
     return Principal(
         OWNER_PREFIX + str(user["name"]),
-        JUPYTER_SCOPES,
-        admin=ADMIN_SCOPE in scopes,
+        JUPYTER_SCOPES if admin else USER_SCOPES,
+        admin=admin,
     )
 
 

@@ -274,8 +274,7 @@ class RootHandler(OllamaHandler):
     operations = {"get": _operation("ollamaRoot")}
 
     def get(self) -> None:
-        self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish("Ollama is running")
+        self.finish("Ollama is running", set_content_type="text/plain; charset=utf-8")
 
     head = get
 

@@ -61,11 +61,22 @@ Action = Callable[[Claim | None], Awaitable[Answer]]
 class IdempotencyKeys:
     """Runs a creating request at most once per (owner, key), among all the servers that share
     the store: a key is claimed by this process (``holder``, its lease) while its first attempt
-    runs, and free again if the attempt kept no answer or its process is gone."""
+    runs, and free again if the attempt kept no answer or its process is gone.
 
-    def __init__(self, records: IdempotencyRecords, holder: str) -> None:
+    ``end_dead`` ends what the dead servers of this machine held and says whether there were
+    any: a key in flight on one of them is then free at once, not when its lease lapses.
+    """
+
+    def __init__(
+        self,
+        records: IdempotencyRecords,
+        holder: str,
+        *,
+        end_dead: Callable[[], bool] | None = None,
+    ) -> None:
         self.records = records
         self.holder = holder
+        self.end_dead = end_dead
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     async def once(
@@ -107,6 +118,8 @@ class IdempotencyKeys:
                     )
                 if row["status"] is not None:
                     return _replay(row["status"], row["body"])
+            if running is None and self.end_dead is not None and self.end_dead():
+                continue  # its server was dead: the key is free now
             if not wait_if_running:
                 raise LmspError(
                     "idempotency_in_progress", "the first request with this key is running"

@@ -9,7 +9,8 @@ Several servers may share the store: each runs the tasks it created, under its l
 server runs reads its events as they are stored (polled every ``follow_poll_seconds``), and a
 cancel is recorded for the server running the task, which sees it with its next stored event
 (or its next lease renewal while the task waits in line). A task whose server is gone (its
-lease lapsed) is failed with ``service_restarted`` by whichever server finds it.
+lease lapsed, or its process of this machine ended) is failed with ``service_restarted`` by
+whichever server finds it: at start, on each renewal, or as a follower waits for its events.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 STORE_RETRY_SECONDS = 0.5
 #: How often a follower of a task that another server runs looks for its new events.
 FOLLOW_POLL_SECONDS = 0.05
+#: How often such a follower, while no event comes, looks whether that server is dead.
+DEAD_CHECK_SECONDS = 1.0
 
 
 _METADATA = TypeAdapter(Metadata)
@@ -379,14 +382,18 @@ class TaskService:
 
     async def _elsewhere(self, task_id: str, after: int) -> AsyncIterator[StoredEvent]:
         """The events of a task that another server runs, as that server stores them, until
-        the final one (which, if that server is gone, the first server to see its lease lapsed
-        stores)."""
+        the final one (which, if that server is gone, the first server to find it gone
+        stores: this one, if its process ended on this machine)."""
+        checked = 0.0
         while True:
             async for event in self._stored_events(task_id, after):
                 yield event
                 if event.is_final:
                     return
                 after = event.id
+            if time.monotonic() - checked >= DEAD_CHECK_SECONDS:
+                checked = time.monotonic()
+                self.end_dead()
             await asyncio.sleep(self.follow_poll_seconds)
 
     # --- cancelling, recovering, purging ----------------------------------------------------
@@ -424,12 +431,25 @@ class TaskService:
             queued.worker.cancel()
 
     def recover(self) -> int:
-        """Fail with ``service_restarted`` the tasks of servers that are gone (their lease
-        lapsed, or was released), and free their keys in flight; returns how many tasks.
+        """Fail with ``service_restarted`` the tasks of servers that are gone (their process
+        on this machine ended, their lease lapsed or was released), and free their keys in
+        flight; returns how many tasks.
 
         Runs at start and on every :meth:`renew`; the tasks of live servers, this one's
         included, are left to them.
         """
+        self.lease.drop_dead()
+        return self._end_gone()
+
+    def end_dead(self) -> bool:
+        """End at once what this machine's dead servers held, if there are any (a follower
+        or a key in flight met their work): returns whether there were."""
+        if not self.lease.drop_dead():
+            return False
+        self._end_gone()
+        return True
+
+    def _end_gone(self) -> int:
         return self.lease.records.end_gone(time.time(), _restarted)
 
     def renew(self) -> int:

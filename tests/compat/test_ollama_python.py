@@ -64,6 +64,7 @@ def test_root_says_ollama_is_running(raw: httpx.Client) -> None:
     answer = raw.get("/")
     assert answer.status_code == 200
     assert answer.text == "Ollama is running"
+    assert answer.headers["content-type"] == "text/plain; charset=utf-8"  # not JSON (found fuzzing)
 
 
 def test_list_names_the_bundled_model(client: ollama.Client) -> None:

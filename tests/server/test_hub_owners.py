@@ -13,7 +13,14 @@ import pytest
 from tornado.web import HTTPError
 from traitlets.config import Config
 
-from lmsp_jupyter.server.hub import ADMIN_SCOPE, HubAccess, hub_service_argv
+from lmsp_jupyter.server.auth import JUPYTER_SCOPES, Principal
+from lmsp_jupyter.server.hub import (
+    ADMIN_SCOPE,
+    USER_SCOPES,
+    HubAccess,
+    hub_principal,
+    hub_service_argv,
+)
 from tests.conftest import MODEL
 from tests.helpers import eventually_async
 from tests.server.helpers import assert_problem, parse_sse, server_config
@@ -100,6 +107,33 @@ async def test_a_user_reaches_only_its_own_tasks_and_an_admin_reaches_all(
         events, _ = parse_sse([line async for line in response.aiter_lines()])
     assert events[-1].event == "response.completed"
     assert (await root.get(f"/responses/{task['response_id']}")).status_code == 200
+
+
+@pytest.mark.script({"deltas": ["a", "b", "c"]})
+async def test_a_user_lists_and_asks_models_but_only_an_admin_loads_and_unloads_them(
+    users: dict[str, httpx.AsyncClient],
+) -> None:
+    alice, root = users["alice"], users["root"]
+    assert (await alice.get("/models")).status_code == 200
+    assert (await alice.post("/responses", json=ask())).status_code == 200
+    for action in ("load", "unload"):
+        refused = await alice.post(f"/models/{MODEL}/{action}")
+        assert_problem(refused, 403, "insufficient_scope")
+        assert 'scope="models:write"' in refused.headers["WWW-Authenticate"]
+        assert (await root.post(f"/models/{MODEL}/{action}")).status_code == 200
+    unload = {"model": MODEL, "prompt": "", "keep_alive": 0}
+    generate = str(alice.base_url).rstrip("/").removesuffix("v1") + "ollama/api/generate"
+    ollama = await alice.post(generate, json=unload)  # Ollama's unload: keep_alive 0
+    assert ollama.status_code == 403 and "unloading" in ollama.json()["error"]
+    assert (await root.post(generate, json=unload)).status_code == 200
+
+
+def test_a_hub_user_holds_the_user_scopes_and_the_admin_scope_every_scope() -> None:
+    user = hub_principal({"name": "alice", "scopes": ["access:services!service=lmsp"]})
+    assert user == Principal("hub:alice", USER_SCOPES, admin=False)
+    assert "models:write" not in USER_SCOPES
+    admin = hub_principal({"name": "root", "scopes": ["access:services", ADMIN_SCOPE]})
+    assert admin == Principal("hub:root", JUPYTER_SCOPES, admin=True)
 
 
 @pytest.mark.script({"deltas": ["a", "b", "c"]})

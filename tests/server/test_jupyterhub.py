@@ -1,7 +1,8 @@
 """The service under a real JupyterHub (the dummy authenticator, configurable-http-proxy from
-npm), on the bundled model: users' hub tokens through the hub's proxy; each user reaches only
-its own tasks, an admin (hub role with custom:lmsp:admin) all; the limits answer 429; the usage
-per user adds up to what the responses reported."""
+npm), on the bundled model: users' hub tokens through the hub's proxy; each user lists and asks
+models but loads and unloads none, and reaches only its own tasks; an admin (hub role with
+custom:lmsp:admin) loads and unloads, and reaches all; the limits answer 429; the usage per user
+adds up to what the responses reported."""
 
 from __future__ import annotations
 
@@ -91,6 +92,20 @@ def test_each_user_reaches_only_its_own_tasks_and_the_admin_all(
     with root.stream("GET", f"{path}/events") as response:
         events, _ = parse_sse(list(response.iter_lines()))
     assert events[-1].data["response"] == task["result"]
+
+
+def test_a_user_may_not_load_or_unload_models_and_the_admin_may(
+    users: dict[str, httpx.Client],
+) -> None:
+    alice, root = users["alice"], users["root"]
+    assert MODEL in [model["id"] for model in alice.get("/models").json()["data"]]
+    for action in ("load", "unload"):
+        refused = alice.post(f"/models/{MODEL}/{action}")
+        assert_problem(refused, 403, "insufficient_scope")
+        assert 'scope="models:write"' in refused.headers["WWW-Authenticate"]
+    assert root.post(f"/models/{MODEL}/unload").json()["status"] == "available"
+    assert root.post(f"/models/{MODEL}/load").json()["status"] == "loaded"
+    assert alice.get(f"/models/{MODEL}").json()["status"] == "loaded"
 
 
 def test_a_user_over_its_limit_gets_429_with_retry_after(users: dict[str, httpx.Client]) -> None:
@@ -197,3 +212,6 @@ def test_users_servers_ask_through_the_hub_service_each_its_own(
         listed = [task["id"] for task in servers[other].get("/tasks").json()["data"]]
         assert tasks[name]["id"] not in listed
         assert tasks[other]["id"] in listed
+    for action in ("load", "unload"):  # forwarded with the user's token: the user's scopes
+        refused = servers["alice"].post(f"/models/{MODEL}/{action}")
+        assert_problem(refused, 403, "insufficient_scope")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import subprocess
 import time
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from lmsp_jupyter.protocol.errors import LmspError
 from lmsp_jupyter.protocol.tasks import Task
 from lmsp_jupyter.service.idempotency import Claim, IdempotencyKeys
+from lmsp_jupyter.service.leases import process_gone, process_start, this_machine
 from lmsp_jupyter.service.limits import OwnerLimits
 from lmsp_jupyter.service.store import open_store
 from lmsp_jupyter.service.store.interface import Database, Row
@@ -33,7 +36,7 @@ from lmsp_jupyter.service.store.records import (
 from lmsp_jupyter.service.tasks import TaskService
 from tests.conftest import MODEL, Stores
 from tests.doubles import ScriptedEngine
-from tests.helpers import eventually_async
+from tests.helpers import eventually, eventually_async
 from tests.service.helpers import follow_all, services, wait_final
 
 OWNER = "jupyter"
@@ -55,12 +58,27 @@ def server(
     return services(engine, store, lease_seconds=lease, limits=limits)[1]
 
 
-def dead_server(store: Database, *, lapsed: bool) -> tuple[str, str]:
-    """What a killed server leaves: its lease (``lapsed`` or not yet) and one task it was
-    running, two events in; returns the holder and the task id."""
+def dead_server(
+    store: Database,
+    *,
+    lapsed: bool,
+    machine: str | None = None,
+    process: tuple[int, int] = (1, 0),
+) -> tuple[str, str]:
+    """What a killed server leaves: its lease (``lapsed`` or not yet; of ``process``, its pid
+    and start, on ``machine``) and one task it was running, two events in; returns the holder
+    and the task id."""
     at = time.time()
+    pid, start = process
     LeaseRecords(store).hold(
-        "dead", host="h", pid=1, started_at=at, at=at, until=at - 1 if lapsed else at + LONG
+        "dead",
+        host="h",
+        pid=pid,
+        started_at=at,
+        at=at,
+        until=at - 1 if lapsed else at + LONG,
+        machine=machine,
+        process_start=start,
     )
     records = TaskRecords(store)
     records.insert(
@@ -119,6 +137,98 @@ def test_the_writes_of_a_task_another_server_ended_are_refused(stores: Stores) -
         records.append(task_id, holder, StoredEvent(3, "response.created", "{}"))
     with pytest.raises(TaskLost):  # nor may another holder write a task not its own
         records.append(task_id, other.lease.holder, StoredEvent(4, "response.created", "{}"))
+
+
+# --- a dead process of this machine ------------------------------------------------------------
+
+
+def ended_process() -> tuple[int, int]:
+    """The pid and start of a process of this machine that has ended (and was reaped)."""
+    child = subprocess.Popen(["sleep", "60"])
+    start = process_start(child.pid)
+    assert start is not None
+    child.kill()
+    child.wait()
+    return child.pid, start
+
+
+def test_a_process_is_gone_once_ended_a_zombie_or_its_pid_taken_by_another() -> None:
+    me = os.getpid(), process_start(os.getpid())
+    assert me[1] is not None
+    assert not process_gone(me[0], me[1])
+    assert process_gone(me[0], me[1] + 1)  # the pid, reused by a process started later
+    assert process_gone(*ended_process())
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        start = process_start(child.pid)
+        assert start is not None and not process_gone(child.pid, start)
+        child.kill()
+        eventually(lambda: process_start(child.pid) is None, what="the child a zombie")
+        assert process_gone(child.pid, start)  # ended, not yet reaped by its parent
+    finally:
+        child.kill()
+        child.wait()
+    assert this_machine() is not None
+
+
+def test_a_dead_server_of_this_machine_has_its_work_ended_at_once(stores: Stores) -> None:
+    url = stores.new()
+    holder, task_id = dead_server(
+        stores.open(url), lapsed=False, machine=this_machine(), process=ended_process()
+    )
+    keys = IdempotencyRecords(stores.open(url))
+    assert keys.claim(OWNER, "k", "print", holder, int(time.time()), 0)
+    other = server(stores.open(url))
+    assert other.recover() == 1  # its lease holds for an hour
+    task = other.get(task_id, OWNER)
+    assert task.status == "failed"
+    assert task.error is not None and task.error.code == "service_restarted"
+    assert keys.get(OWNER, "k") is None
+    leases = LeaseRecords(stores.open(url)).of_machine(str(this_machine()))
+    assert [row["holder"] for row in leases] == [other.lease.holder]  # the dead one's dropped
+
+
+def test_a_live_process_or_another_machines_is_left_while_its_lease_holds(stores: Stores) -> None:
+    me = (os.getpid(), process_start(os.getpid()) or 0)
+    for machine, process in ((this_machine(), me), ("another/1", ended_process())):
+        url = stores.new()
+        _, task_id = dead_server(stores.open(url), lapsed=False, machine=machine, process=process)
+        other = server(stores.open(url))
+        assert other.recover() == 0
+        assert not other.end_dead()
+        assert other.get(task_id, OWNER).status == "in_progress"
+
+
+async def test_a_follower_ends_a_dead_servers_task_at_once(stores: Stores) -> None:
+    url = stores.new()
+    _, task_id = dead_server(
+        stores.open(url), lapsed=False, machine=this_machine(), process=ended_process()
+    )
+    follower = server(stores.open(url))  # started before the death: no recovery since
+    events = await follow_all(follower, task_id)
+    assert_ids_from_1_one_final_last(events)
+    assert events[-1].event == "response.failed"
+    assert follower.get(task_id, OWNER).error.code == "service_restarted"  # type: ignore[union-attr]
+
+
+async def test_a_key_in_flight_on_a_dead_server_of_this_machine_is_free_at_once(
+    stores: Stores,
+) -> None:
+    url = stores.new()
+    holder, _ = dead_server(
+        stores.open(url), lapsed=False, machine=this_machine(), process=ended_process()
+    )
+    records = IdempotencyRecords(stores.open(url))
+    assert records.claim(OWNER, "k", "print", holder, int(time.time()), 0)
+    tasks = server(stores.open(url))
+    keys = IdempotencyKeys(records, tasks.lease.holder, end_dead=tasks.end_dead)
+
+    async def answer(claim: Claim | None) -> tuple[int, str]:
+        return 200, "{}"
+
+    outcome = await keys.once(OWNER, "k", "print", answer, wait_if_running=False)
+    assert outcome is not None and not outcome.replayed
+    assert tasks.get("task_dead", OWNER).status == "failed"
 
 
 # --- tasks ---------------------------------------------------------------------------------------

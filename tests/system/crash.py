@@ -3,9 +3,10 @@ the same data directory, and check that nothing a client was given is lost or le
 
 One :class:`CrashRun` drives one data directory through many kill points. Each round restarts
 the server, checks every invariant against what the clients of all earlier rounds received,
-then starts a seeded random mix of clients (task creators and followers with idempotent
-retries and reconnections, direct streams, stored conversations continued with
-``previous_response_id``, model listings) and kills the server at a seeded random moment.
+then starts a long task and a seeded random mix of clients (task creators and followers with
+idempotent retries and reconnections, direct streams, stored conversations continued with
+``previous_response_id``, model listings) and kills the server at a seeded random moment once
+the long task streams.
 """
 
 from __future__ import annotations
@@ -31,8 +32,13 @@ from tests.helpers import eventually
 
 FINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
 PROMPTS = ("Tell me about rivers.", "Count to twenty.", "Write a short poem.", "Name colours.")
-#: A short lease: the restarted server ends what the killed one held soon after it starts.
-LEASE = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}
+#: The output tokens of each round's long task, and how long a round waits for it to stream
+#: before it kills anyway (a busy machine).
+LONG_TASK_TOKENS = 64
+STREAMING_WITHIN = 60.0
+#: A lease that outlives every round: the restarted server ends what the killed one held at
+#: once because its process is gone, not because its lease lapsed.
+LEASE = {"lease_seconds": 3600.0, "lease_renew_seconds": 0.5}
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,10 @@ class Figures:
     """What one run did, for the report."""
 
     kill_points: int = 0
+    #: kills while a task was running (the store had it ``in_progress``)
+    mid_stream: int = 0
+    #: tasks the restarted server ended ``service_restarted``
+    restarted: int = 0
     requests: int = 0
     #: tasks in the store at the last check
     tasks: int = 0
@@ -122,6 +132,8 @@ class CrashRun:
         #: stored responses a client was given, by id
         self.stored: dict[str, dict[str, Any]] = {}
         self._fresh_keys: list[str] = []
+        #: Set when the round's long task streams (its follower has a delta).
+        self._streaming = asyncio.Event()
         self._serial = 0
         self._server: LiveServer | None = None
 
@@ -145,8 +157,9 @@ class CrashRun:
         return self.figures
 
     def _start(self) -> None:
-        """Restart the server on the store, and wait until the killed one's lease has lapsed
-        and the new one has ended what it held (its tasks failed, its keys in flight freed)."""
+        """Restart the server on the store, and wait until it has ended what the killed one
+        held (its tasks failed, its keys in flight freed): before it answers, as it finds the
+        killed process gone."""
         config = {"LmspApp": {"store_url": self.store_url, **LEASE}}
         self._server = start_server(self.tmp / f"run{self.figures.kill_points}", config=config)
         eventually(self._settled, what="the killed server's tasks and keys ended")
@@ -169,6 +182,8 @@ class CrashRun:
         self._server.process.send_signal(signal.SIGKILL)
         self._server.process.wait()
         self._server = None
+        running = self._rows("SELECT id FROM tasks WHERE status = 'in_progress'")
+        self.figures.mid_stream += bool(running)
 
     def _integrity(self) -> None:
         if not self.store_url.startswith("sqlite:///"):
@@ -189,17 +204,22 @@ class CrashRun:
         )
 
     async def _round(self) -> None:
-        """Random clients; a SIGKILL at a random moment cuts them all short."""
+        """Random clients beside a long task; a SIGKILL at a random moment while that task
+        streams (its follower has its first delta) cuts them all short."""
         kinds = (self._task, self._task, self._stream, self._conversation, self._models)
+        self._streaming = asyncio.Event()
         async with self._client() as client:
             loaded = await client.post(f"/models/{MODEL}/load")  # kill while it generates
             if loaded.status_code != 200:
                 raise Violation(f"load → {loaded.status_code} {loaded.text}")
-            clients = [
+            clients = [asyncio.create_task(self._guarded(self._long_task, client, 0))]
+            clients += [
                 asyncio.create_task(self._guarded(self.rng.choice(kinds), client, i * 0.05))
-                for i in range(self.clients)
+                for i in range(1, self.clients)
             ]
-            await asyncio.sleep(self.rng.uniform(0.1, 4.0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._streaming.wait(), STREAMING_WITHIN)
+            await asyncio.sleep(self.rng.uniform(0.0, 1.0))
             self._kill()
             await asyncio.wait(clients, timeout=30)
         for done in clients:  # what a client found wrong before the kill
@@ -229,9 +249,16 @@ class CrashRun:
             **fields,
         }
 
-    async def _task(self, client: httpx.AsyncClient) -> None:
+    async def _long_task(self, client: httpx.AsyncClient) -> None:
+        """A task long enough to be cut mid-stream by the kill."""
+        await self._task(client, tokens=LONG_TASK_TOKENS)
+
+    async def _task(self, client: httpx.AsyncClient, tokens: int | None = None) -> None:
         """Create a task under a key (retried at once, sometimes), follow it, resume once."""
-        key, keyed = self._key("/tasks", {"type": "response", "request": self._request()})
+        request = self._request()
+        if tokens is not None:
+            request["max_output_tokens"] = tokens
+        key, keyed = self._key("/tasks", {"type": "response", "request": request})
         keyed.body["request"]["metadata"] = {"key": key}
         for _ in range(self.rng.choice((1, 1, 2))):
             self.figures.requests += 1
@@ -258,6 +285,8 @@ class CrashRun:
                     if event.event == "error":  # not stored; its id is the last stored one
                         return
                     self._saw(seen, task_id, event)
+                    if event.event == "response.output_text.delta":
+                        self._streaming.set()
                     cursor = max(cursor, event.id)
                     if event.event in FINAL:
                         return
@@ -335,6 +364,8 @@ class CrashRun:
             for row in self._rows("SELECT id, metadata FROM tasks ORDER BY created_at, id")
         ]
         self.figures.tasks = len(rows)
+        ended = self._rows("SELECT id FROM tasks WHERE error LIKE '%service_restarted%'")
+        self.figures.restarted = len(ended)
         per_key: dict[str, list[str]] = {}
         for task_id, key in rows:
             per_key.setdefault(key, []).append(task_id)

@@ -76,7 +76,9 @@ CREATE TABLE IF NOT EXISTS leases (
     host TEXT NOT NULL,
     pid INTEGER NOT NULL,
     started_at DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL
+    expires_at DOUBLE PRECISION NOT NULL,
+    machine TEXT,
+    process_start BIGINT
 );
 CREATE TABLE IF NOT EXISTS usage (
     owner TEXT PRIMARY KEY,

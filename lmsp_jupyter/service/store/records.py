@@ -7,8 +7,10 @@ saw.
 
 Each serving process holds a lease in the store that it renews while it lives; the tasks it runs
 and the idempotency keys it has in flight name it as their holder. What a process whose lease
-has lapsed held is ended by whichever process finds it (:meth:`LeaseRecords.end_gone`); every
-rule of who is alive is in :class:`LeaseRecords` and :func:`_gone`.
+has lapsed, or was dropped, held is ended by whichever process finds it
+(:meth:`LeaseRecords.end_gone`); every rule of who is alive is in :class:`LeaseRecords` and
+:func:`_gone`, and the one that drops the lease of a gone process of this machine at once in
+:mod:`.leases`.
 """
 
 from __future__ import annotations
@@ -416,10 +418,20 @@ class LeaseRecords:
         self.store = store
 
     def hold(
-        self, holder: str, *, host: str, pid: int, started_at: float, at: float, until: float
+        self,
+        holder: str,
+        *,
+        host: str,
+        pid: int,
+        started_at: float,
+        at: float,
+        until: float,
+        machine: str | None = None,
+        process_start: int | None = None,
     ) -> bool:
         """Hold ``holder``'s lease until ``until``; ``False``: it was not held at ``at`` (new,
-        or lapsed: the work it held may have been ended by another process meanwhile)."""
+        or lapsed: the work it held may have been ended by another process meanwhile). With
+        ``machine``, the process is ``pid`` there, started at ``process_start``."""
         with self.store.transaction() as db:
             renewed = db.execute(
                 "UPDATE leases SET expires_at = ? WHERE holder = ? AND expires_at > ?",
@@ -428,13 +440,23 @@ class LeaseRecords:
             if renewed:
                 return True
             db.execute(
-                "INSERT INTO leases (holder, host, pid, started_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (holder) DO UPDATE SET host = excluded.host,"
-                " pid = excluded.pid, started_at = excluded.started_at,"
-                " expires_at = excluded.expires_at",
-                (holder, host, pid, started_at, until),
+                "INSERT INTO leases"
+                " (holder, host, pid, started_at, expires_at, machine, process_start)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (holder) DO UPDATE SET"
+                " host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
+                " expires_at = excluded.expires_at, machine = excluded.machine,"
+                " process_start = excluded.process_start",
+                (holder, host, pid, started_at, until, machine, process_start),
             )
             return False
+
+    def of_machine(self, machine: str) -> list[Row]:
+        """The leases of processes on ``machine``: their holder, pid and process start."""
+        return self.store.fetchall(
+            "SELECT holder, pid, process_start FROM leases"
+            " WHERE machine = ? AND process_start IS NOT NULL",
+            (machine,),
+        )
 
     def release(self, holder: str) -> None:
         """Give the lease up (a clean stop): what ``holder`` still holds is gone's now."""

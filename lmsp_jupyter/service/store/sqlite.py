@@ -70,7 +70,9 @@ CREATE TABLE IF NOT EXISTS leases (
     host TEXT NOT NULL,
     pid INTEGER NOT NULL,
     started_at REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    machine TEXT,
+    process_start INTEGER
 );
 CREATE TABLE IF NOT EXISTS usage (
     owner TEXT PRIMARY KEY,
