@@ -208,10 +208,7 @@ class LlamaServer:
         start = time.perf_counter()
         cold = self.stream_text(first_turn, tokens, start)
         answer = self._last_text
-        follow = (
-            f"{first_turn}{answer}<end_of_turn>\n<start_of_turn>user\nAnd then?<end_of_turn>\n"
-            "<start_of_turn>model\n"
-        )
+        follow = render_prompt(history, answer, "And then?")
         start = time.perf_counter()
         warm = self.stream_text(follow, tokens, start)
         return cold.first_s, warm.first_s

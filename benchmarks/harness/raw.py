@@ -11,13 +11,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import llama_cpp
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
+from lmsp_jupyter.engine.generation import ChatMessage
 from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.runtime import no_weight_repacking, release_compute_threads
+from lmsp_jupyter.engine.templates import transcript
 
 from .figures import Sample
 
@@ -43,9 +45,13 @@ class Settings:
         )
 
 
-def render_prompt(text: str) -> str:
-    """The prompt as the service renders one user message for Gemma (its fallback template)."""
-    return f"<bos><start_of_turn>user\n{text.strip()}<end_of_turn>\n<start_of_turn>model\n"
+def render_prompt(*turns: str) -> str:
+    """The prompt text the service gives the bundled base model for a conversation of these
+    turns (the user's, the model's, the user's, ...): its BOS token, then the plain transcript
+    of ``engine/templates.py`` (one turn alone: its text as written)."""
+    roles: tuple[Literal["user"], Literal["assistant"]] = ("user", "assistant")
+    messages = [ChatMessage(role=roles[i % 2], content=turn) for i, turn in enumerate(turns)]
+    return f"<bos>{transcript(messages)}"
 
 
 class RawRunner:
