@@ -32,11 +32,8 @@ def server(
     """A server whose bundled model also embeds, that holds one loaded role of it at a time
     (generating or embedding), each kept until it must go."""
     config = {
-        "LmspApp": {
-            "embedding_models": {MODEL: "mean"},
-            "keep_alive_seconds": -1,
-            "max_loaded_models": 1,
-        }
+        "LmspApp": {"embedding_models": {MODEL: "mean"}},
+        "ModelManager": {"keep_alive_seconds": -1, "max_loaded_models": 1},
     }
     with running_server(tmp_path_factory.mktemp("embedding-lifecycle"), config=config) as live:
         yield live
@@ -129,7 +126,10 @@ def test_lmsp_keep_alive_extension_on_embeddings(client: httpx.Client) -> None:
 
 
 def test_the_embedding_model_is_unloaded_on_shutdown(tmp_path: Path) -> None:
-    config = {"LmspApp": {"embedding_models": {MODEL: "mean"}, "keep_alive_seconds": -1}}
+    config = {
+        "LmspApp": {"embedding_models": {MODEL: "mean"}},
+        "ModelManager": {"keep_alive_seconds": -1},
+    }
     with running_server(tmp_path, config=config) as live, live.client() as client:
         client.post("/embeddings", json={"model": MODEL, "input": "hello"}).raise_for_status()
         stop_server(live)
