@@ -31,7 +31,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import httpx
@@ -40,12 +39,11 @@ if not __package__:  # run as a file: python benchmarks/anthropic.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
-from benchmarks.harness.figures import Sample, median
-from benchmarks.harness.meters import measured
+from benchmarks.harness.figures import median
 from benchmarks.harness.raw import DEFAULT_PROMPT
 from benchmarks.harness.server import REPOSITORY, Server, running_server
 from benchmarks.harness.sse import iter_events
-from benchmarks.remote import lmsp_stream, print_side, timed
+from benchmarks.remote import alternate, lmsp_stream, print_side
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 
 TARGET_RATIO = 0.97
@@ -88,12 +86,7 @@ def measure_messages(client: httpx.Client, server: Server, args: argparse.Namesp
         "messages": lambda: messages_stream(client, server, messages_body),
         "responses": lambda: lmsp_stream(client, server, responses_body),
     }
-    for stream in sides.values():  # warm-up
-        timed(stream)
-    samples: dict[str, list[Sample]] = {name: [] for name in sides}
-    for _ in range(args.rounds):
-        for name, stream in sides.items():
-            samples[name].append(measured(partial(timed, stream), server.pid))
+    samples = alternate(sides, args.rounds, server.pid)
     print(f"messages: {args.rounds} rounds of {args.tokens} tokens, prompt {args.prompt!r}")
     for name, side in samples.items():
         print_side(name, side)

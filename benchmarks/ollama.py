@@ -33,7 +33,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import httpx
@@ -42,12 +41,11 @@ if not __package__:  # run as a file: python benchmarks/ollama.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
-from benchmarks.harness.figures import Sample, median
+from benchmarks.harness.figures import median
 from benchmarks.harness.llama_server import llama_server
-from benchmarks.harness.meters import measured
 from benchmarks.harness.raw import DEFAULT_PROMPT, Settings
 from benchmarks.harness.server import Server, running_server
-from benchmarks.remote import direct_stream, lmsp_stream, print_side, timed
+from benchmarks.remote import alternate, direct_stream, lmsp_stream, print_side
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 
 TARGET_CHAT_RATIO = 0.97
@@ -112,12 +110,7 @@ def chat_sides(
 def measure_chat(client: httpx.Client, server: Server, args: argparse.Namespace) -> None:
     """Alternate the chat sides and print their rates and the ratios."""
     sides = chat_sides(client, server, args.prompt, args.tokens)
-    for stream in sides.values():  # warm-up
-        timed(stream)
-    samples: dict[str, list[Sample]] = {name: [] for name in sides}
-    for _ in range(args.rounds):
-        for name, stream in sides.items():
-            samples[name].append(measured(partial(timed, stream), server.pid))
+    samples = alternate(sides, args.rounds, server.pid)
     print(f"chat: {args.rounds} rounds of {args.tokens} tokens, prompt {args.prompt!r}")
     for name, side in samples.items():
         print_side(name, side)

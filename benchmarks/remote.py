@@ -22,6 +22,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -32,6 +33,7 @@ if not __package__:  # run as a file: python benchmarks/remote.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import Sample, median, num
 from benchmarks.harness.llama_cpp_server import MODULE as LLAMA_CPP_SERVER
+from benchmarks.harness.meters import measured
 from benchmarks.harness.raw import DEFAULT_PROMPT
 from benchmarks.harness.server import Server, free_port, running_process, running_server
 from benchmarks.harness.sse import iter_events
@@ -72,6 +74,20 @@ def timed(stream: Callable[[], Iterator[str]]) -> Sample:
         pieces.append(piece)
     end = time.perf_counter() - started
     return Sample(len(pieces), first, last, end, text="".join(pieces))
+
+
+def alternate(
+    sides: dict[str, Callable[[], Iterator[str]]], rounds: int, server_pid: int
+) -> dict[str, list[Sample]]:
+    """One untimed warm-up of each side, then ``rounds`` rounds of the sides in turn, each
+    sample with the share of the machine others took (not this process, not ``server_pid``)."""
+    for stream in sides.values():
+        timed(stream)
+    samples: dict[str, list[Sample]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, stream in sides.items():
+            samples[name].append(measured(partial(timed, stream), server_pid))
+    return samples
 
 
 def direct_stream(client: httpx.Client, url: str, body: dict[str, object]) -> Iterator[str]:
