@@ -56,6 +56,21 @@ def test_reopening_keeps_the_data(stores: Stores) -> None:
     assert row["status"] == "queued"
 
 
+def test_a_store_of_an_earlier_schema_is_refused_by_name_and_left_as_it_was(
+    stores: Stores,
+) -> None:
+    url = stores.new()
+    store = stores.open(url)
+    TaskRecords(store).insert(**TASK)
+    with store.transaction() as db:  # leases as they were before they knew their machine
+        db.execute("ALTER TABLE leases DROP COLUMN machine")
+    refusal = r"table leases has no column machine\); move it aside"
+    for _ in range(2):  # the first refusal changed nothing: the second one is the same
+        with pytest.raises(ValueError, match=refusal):
+            open_store(url)
+    assert TaskRecords(store).get("task_1") is not None
+
+
 def test_an_appended_event_is_visible_to_another_connection_at_once(tmp_path: Path) -> None:
     path = tmp_path / "lmsp.sqlite3"
     tasks = TaskRecords(SqliteStore(path))

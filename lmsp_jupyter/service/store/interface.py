@@ -9,9 +9,10 @@ differs between them (locking, JSON) is asked of :attr:`Database.dialect`.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -70,6 +71,34 @@ class Database(Protocol):
 
     def close(self) -> None:
         """Give its connections back."""
+
+
+#: A table of a schema: its name, then the lines between its parentheses.
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", re.DOTALL)
+#: Lines of a table that declare no column.
+_CONSTRAINTS = ("PRIMARY", "FOREIGN", "UNIQUE", "CHECK", "CONSTRAINT")
+
+
+def check_columns(schema: str, columns: Callable[[str], set[str]], store: str) -> None:
+    """Refuse a store whose tables lack a column ``schema`` declares (``columns`` gives a
+    table's column names): a file or database written by an earlier lmsp-jupyter, which
+    ``CREATE TABLE IF NOT EXISTS`` leaves as it was, would otherwise fail at its first use.
+
+    :raises ValueError: naming the table, the missing columns and the store.
+    """
+    for table, body in _TABLE.findall(schema):
+        declared = {
+            line.split()[0]
+            for line in body.splitlines()
+            if line.strip() and not line.split()[0].startswith(_CONSTRAINTS)
+        }
+        missing = sorted(declared - columns(table))
+        if missing:
+            raise ValueError(
+                f"the store {store} was written by an earlier version of lmsp-jupyter (table "
+                f"{table} has no column {', '.join(missing)}); move it aside or name another "
+                "store, and a new one is made"
+            )
 
 
 def masked(url: str) -> str:

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from .interface import Cursor, Dialect, Row, masked
+from .interface import Cursor, Dialect, Row, check_columns, masked
 
 #: The tables, made when the database has none (an existing one has them already).
 SCHEMA = """
@@ -162,6 +162,15 @@ class PostgresStore:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+        check_columns(SCHEMA, self._columns, self.describe())
+
+    def _columns(self, table: str) -> set[str]:
+        rows = self.fetchall(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = ?",
+            (table,),
+        )
+        return {row["column_name"] for row in rows}
 
     def describe(self) -> str:
         """The URL, its password masked."""

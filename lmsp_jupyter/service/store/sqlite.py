@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .interface import Dialect, Row
+from .interface import Dialect, Row, check_columns
 
 #: The tables, made when the file is new (an existing file has them already).
 SCHEMA = """
@@ -98,7 +98,11 @@ class SqliteStore:
         self.busy_timeout = busy_timeout
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._create_tables()
+        try:
+            self._create_tables()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -147,6 +151,10 @@ class SqliteStore:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+        check_columns(SCHEMA, self._columns, self.describe())
+
+    def _columns(self, table: str) -> set[str]:
+        return {row["name"] for row in self.fetchall(f"PRAGMA table_info({table})")}
 
     def close(self) -> None:
         """Close this thread's connection."""
