@@ -1,7 +1,7 @@
 """Notebook tools in the kernel: their schemas, and the approval flow's edges (scripted client).
 
 JupyterLab performs an approved call and sends what it did as the ``decide`` message's
-``output`` (labextension/src/notebooktools.ts, tested with vitest; tests/ui for the real thing).
+``output`` (labextension/src/notebook/tools.ts, tested with vitest; tests/ui for the real thing).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_the_four_tools_their_schemas_and_policy() -> None:
 
 
 #: Where the lab extension checks an approved call's arguments before performing it.
-LAB_TOOLS = Path(__file__).resolve().parents[2] / "labextension/src/notebooktools.ts"
+LAB_TOOLS = Path(__file__).resolve().parents[2] / "labextension/src/notebook/tools.ts"
 
 
 def lab_parameters() -> dict[str, tuple[dict[str, str], list[str]]]:

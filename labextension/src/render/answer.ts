@@ -18,7 +18,7 @@ import {
   type IRoundState,
   type ITaskEvent,
   type IUsage
-} from './types';
+} from '../protocol/types';
 
 const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);
 

@@ -10,7 +10,7 @@ import type {
   ResponseStatus,
   ITaskEvent,
   IUsage
-} from './types';
+} from '../protocol/types';
 
 /** One output item as far as it has arrived. */
 export interface IItemView {

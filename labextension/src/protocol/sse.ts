@@ -2,7 +2,7 @@
  * Server-sent events (the WHATWG event-stream format) parsed from text chunks,
  * and LMSP task events read from them.
  */
-import type { ITaskEvent } from './render';
+import type { ITaskEvent } from './types';
 
 /** One dispatched server-sent event (`ServerSentEvent` in the Python client). */
 export interface IServerSentEvent {

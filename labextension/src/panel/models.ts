@@ -3,8 +3,8 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { formatRate, outputRate, roundRate } from './render/rates';
-import type { ILmspModel, ILmspTask } from './render/types';
+import { formatRate, outputRate, roundRate } from '../render/rates';
+import type { ILmspModel, ILmspTask } from '../protocol/types';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {
