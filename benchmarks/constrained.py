@@ -27,7 +27,8 @@ from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import Sample, median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.requests import parse_response_request
 from lmsp_jupyter.service.models import ModelDirectory

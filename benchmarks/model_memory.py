@@ -27,7 +27,8 @@ if not __package__:  # run as a file: python benchmarks/model_memory.py
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
 from benchmarks.harness.figures import median
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
 

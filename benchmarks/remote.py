@@ -2,7 +2,7 @@
 
 The bundled model runs in a third-party server (llama-cpp-python's ``llama_cpp.server``, or
 ``llama-server`` with ``--llama-server PATH``) that this script starts; ``jupyter lmsp`` is
-started beside it with ``LmspApp.remote_servers`` naming it. Runs alternate, never at the same
+started beside it with ``EngineRouter.remote_servers`` naming it. Runs alternate, never at the same
 time, after one warm-up of each side:
 
 * direct: ``POST {remote}/v1/chat/completions`` with ``"stream": true``, its content chunks;
@@ -128,7 +128,7 @@ def benchmark(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
     command = remote_command(args.llama_server, model, port, args.threads)
     config = scratch / "lmsp_config.json"
     servers = [{"name": "remote", "url": url, "context_length": CONTEXT}]
-    config.write_text(json.dumps({"LmspApp": {"remote_servers": servers}}))
+    config.write_text(json.dumps({"EngineRouter": {"remote_servers": servers}}))
     direct_body = {
         "model": ALIAS,
         "messages": [{"role": "user", "content": args.prompt}],

@@ -123,7 +123,7 @@ class StoredTask:
 
 def fill_store(url: str, total: int) -> StoredTask:
     """Write one finished task of ``total`` events into the store at ``url`` (SQLite or
-    PostgreSQL, as ``LmspApp.store_url``), one ``append`` (transaction) per event."""
+    PostgreSQL, as ``TaskStore.store_url``), one ``append`` (transaction) per event."""
     task_id, response_id, message_id = new_id("task"), new_id("resp"), new_id("msg")
     events = stored_task_events(response_id, message_id, total)
     request = parse_response_request({"model": BUNDLED_MODEL_ID, "input": DEFAULT_PROMPT})

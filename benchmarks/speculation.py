@@ -58,10 +58,11 @@ from benchmarks.harness.raw import RawRunner, Settings
 from benchmarks.serving import LlamaServer
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog
 from lmsp_jupyter.engine.generation import CancelToken
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
 from lmsp_jupyter.engine.local.llama.runtime import model_output_tile
 from lmsp_jupyter.engine.local.speculation import LOGITS_MS, own_pass_ms, shared_pass_ms
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.protocol.events import OutputTextDelta
 from lmsp_jupyter.protocol.models import EXTENSION_KEY
 from lmsp_jupyter.protocol.requests import parse_response_request

@@ -162,7 +162,7 @@ class LiveServer:
     token: str
     process: subprocess.Popen[bytes]
     root_dir: str
-    #: Its ``LmspApp.store_url`` when configured (``None``: its default store).
+    #: Its ``TaskStore.store_url`` when configured (``None``: its default store).
     store_url: str | None = None
 
     @property
@@ -221,8 +221,8 @@ def start_server(
         *(["--allow-root"] if os.geteuid() == 0 else []),
         *extra,
     ]
-    log = (tmp / "server.log").open("wb")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (tmp / "server.log").open("wb") as log:  # the server writes to its own copy
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = LiveServer(
         root=f"http://127.0.0.1:{port}{base_url}",
         token=token,
@@ -270,8 +270,8 @@ def stop_server(server: LiveServer) -> None:
         server.process.wait()
 
 
-def live_config(**lmsp: object) -> dict[str, object]:
-    """The live server's config, with ``lmsp`` settings of ``LmspApp`` added."""
+def live_config(**store: object) -> dict[str, object]:
+    """The live server's config, with ``store`` settings of ``TaskStore`` added."""
     tokens = [
         {"name": "reader", "sha256": hash_token(READER_TOKEN), "scopes": ["models:read"]},
         {"name": "editor", "sha256": hash_token(EDITOR_TOKEN), "scopes": sorted(JUPYTER_SCOPES)},
@@ -279,7 +279,8 @@ def live_config(**lmsp: object) -> dict[str, object]:
     # The line holds the load test's 200 connections (tests/system/test_load.py) instead of
     # refusing those beyond 64 with 503 overloaded.
     return {
-        "LmspApp": {"tokens": tokens, "max_queued_tasks": 256, **lmsp},
+        "LmspApp": {"tokens": tokens, "max_queued_tasks": 256},
+        "TaskStore": store,
         "LocalEngine": {"parallel_requests": LIVE_PARALLEL},
     }
 

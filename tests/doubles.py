@@ -13,7 +13,7 @@ from lmsp_jupyter.engine import generation
 from lmsp_jupyter.engine.backend import ModelsHeldElsewhere
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.fim import raw_prompt_tokens
-from lmsp_jupyter.engine.local.engine import EngineSettings
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 
 
 class ScriptedEngine(ModelsHeldElsewhere, LoggingConfigurable):

@@ -115,7 +115,7 @@ def hub_config(
         "--hub-service",
         "--LmspApp.ollama_dir=",
         "--LmspApp.huggingface_cache_dir=",
-        f"--LmspApp.store_path={tmp / 'lmsp.sqlite3'}",
+        f"--TaskStore.store_path={tmp / 'lmsp.sqlite3'}",
         f"--ServerApp.root_dir={tmp}",
         *(["--allow-root"] if os.geteuid() == 0 else []),
         *service_args,

@@ -1,5 +1,6 @@
 """The package's import graph: no module imports itself back through others, and every layer
-imports only the layers below it (protocol <- engine, client <- service, kernel <- server).
+imports only the layers below it (protocol <- engine, client <- service, kernel <- server); the
+lab extension's rooms likewise (protocol <- render <- panel, notebook, inline, edit).
 
 The graph is read from the source (``ast``), with every import, at the top of a module or in a
 function, but those under ``if TYPE_CHECKING:`` (for the type checker only, never run).
@@ -8,10 +9,14 @@ function, but those under ``if TYPE_CHECKING:`` (for the type checker only, neve
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lmsp_jupyter"
+#: The lab extension's sources: a room per folder, the plugin's wiring (index.ts, widget.ts,
+#: translation.ts) beside them.
+LAB = Path(__file__).resolve().parents[1] / "labextension" / "src"
 
 #: Which top-level parts each part may import (besides itself and the package's own root
 #: modules: its version).
@@ -138,3 +143,52 @@ def test_the_graph_sees_imports_in_functions_but_not_for_the_type_checker() -> N
     assert "lmsp_jupyter.x.c" in found
     assert "lmsp_jupyter.x.b" not in found
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+#: Which rooms of the lab extension each room may import (besides itself and the top-level
+#: modules: translation.ts).
+LAB_ROOMS = {
+    "protocol": set(),
+    "render": {"protocol"},
+    "panel": {"protocol", "render"},
+    "notebook": {"protocol", "render"},
+    "inline": {"protocol"},
+    "edit": {"protocol", "inline"},
+}
+
+_TS_IMPORT = re.compile(r"""from\s+'(\.[^']*)'""")
+
+
+def lab_imports() -> dict[str, set[str]]:
+    """Each lab extension module (``render/view``) and the modules of it that it imports."""
+    graph: dict[str, set[str]] = {}
+    for path in LAB.rglob("*.ts"):
+        name = path.relative_to(LAB).with_suffix("").as_posix()
+        targets = set()
+        for spec in _TS_IMPORT.findall(path.read_text()):
+            target = (path.parent / spec).resolve()
+            if target.with_suffix(".ts").exists():
+                targets.add(target.with_suffix("").relative_to(LAB).as_posix())
+            elif (target / "index.ts").exists():
+                targets.add((target / "index").relative_to(LAB).as_posix())
+        graph[name] = targets
+    return graph
+
+
+def test_each_room_of_the_lab_extension_imports_only_the_rooms_below() -> None:
+    graph = lab_imports()
+    assert set(LAB_ROOMS) <= {name.split("/")[0] for name in graph if "/" in name}
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if "/" in module
+        and "/" in target
+        and (room := module.split("/")[0]) != (other := target.split("/")[0])
+        and other not in LAB_ROOMS[room]
+    )
+    assert upward == []
+    # The protocol's types come from protocol/types, never through the rendering's barrel.
+    assert "export *" not in (LAB / "render" / "index.ts").read_text()
+    barrel_types = re.compile(r"import type [^;]* from '[./]*(render|\.)';")
+    assert [p.name for p in LAB.rglob("*.ts") if barrel_types.search(p.read_text())] == []

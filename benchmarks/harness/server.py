@@ -77,7 +77,7 @@ def server_command(
     """``jupyter {app}`` with a fixed port and token and no model stores but the bundled one.
 
     ``app`` is ``lmsp`` (the service alone) or ``server`` (which loads the extension too).
-    ``store_url``: the service's store, as ``LmspApp.store_url`` (default: its own SQLite
+    ``store_url``: the service's store, as ``TaskStore.store_url`` (default: its own SQLite
     file). With ``profile``, under cProfile (its main thread: the event loop), the stats saved
     there. ``extra``: more arguments.
     """
@@ -96,7 +96,7 @@ def server_command(
         "--LmspApp.huggingface_cache_dir=",
     ]
     if store_url is not None:
-        command.append(f"--LmspApp.store_url={store_url}")
+        command.append(f"--TaskStore.store_url={store_url}")
     if os.geteuid() == 0:
         command.append("--allow-root")
     return [*command, *extra]

@@ -8,12 +8,12 @@ import { ITranslator } from '@jupyterlab/translation';
 
 import { cellActionsPlugin } from './edit/plugin';
 import { inlinePlugin } from './inline/plugin';
-import { KernelMessenger } from './kernel';
+import { KernelMessenger } from './notebook/kernel';
 // eslint-disable-next-line jupyter/prefer-lazy-imports -- activate() registers the renderer factory, whose createRenderer returns the renderer synchronously
-import { taskRendererFactory } from './mime';
-import { restorePlugin } from './notebooks';
-import { panelPlugin } from './panel';
-import { statusPlugin } from './status';
+import { taskRendererFactory } from './notebook/mime';
+import { restorePlugin } from './notebook/notebooks';
+import { panelPlugin } from './panel/panel';
+import { statusPlugin } from './panel/status';
 import { extensionBundle } from './translation';
 
 /** Shows every `%lmsp ask` output (application/vnd.lmsp.task+json), live while it runs. */

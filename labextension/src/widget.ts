@@ -3,7 +3,8 @@
  * `state` trait, live events from the kernel's custom messages, clicks back to it.
  */
 import css from '../style/base.css';
-import { AnswerView, type IAnswerState, type ITaskEvent } from './render';
+import { AnswerView } from './render';
+import type { IAnswerState, ITaskEvent } from './protocol/types';
 
 /** The part of anywidget's model this view uses. */
 interface IAnswerModel {

@@ -1,5 +1,5 @@
 /** Events and states as the service and the kernel send them. */
-import type { IAnswerState, ITaskEvent } from '../src/render';
+import type { IAnswerState, ITaskEvent } from '../src/protocol/types';
 
 export const TASK = 'task_01';
 export const RESP = 'resp_01';

@@ -1,8 +1,8 @@
 import { describe, expect, it, vi } from 'vitest';
 
-import { TaskFollower, type FollowEnd } from '../src/follow';
-import type { ITaskEvent } from '../src/render';
-import { SseParser, toTaskEvent } from '../src/sse';
+import { TaskFollower, type FollowEnd } from '../src/protocol/follow';
+import type { ITaskEvent } from '../src/protocol/types';
+import { SseParser, toTaskEvent } from '../src/protocol/sse';
 
 const URL = '/lmsp/v1/tasks/task_01/events';
 

@@ -11,7 +11,7 @@ import {
   type ICellText
 } from '../src/inline/context';
 import { completionTexts } from '../src/inline/provider';
-import type { ILmspModel } from '../src/render';
+import type { ILmspModel } from '../src/protocol/types';
 
 const code = (source: string): ICellText => ({ kind: 'code', source });
 

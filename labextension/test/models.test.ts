@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 
-import { Answer, type IAnswerState, type ILmspModel, type ILmspTask } from '../src/render';
-import { modelDetails, taskRate } from '../src/models';
+import { Answer } from '../src/render';
+import type { IAnswerState, ILmspModel, ILmspTask } from '../src/protocol/types';
+import { modelDetails, taskRate } from '../src/panel/models';
 import { extensionBundle } from '../src/translation';
 
 const trans = extensionBundle();

@@ -7,7 +7,7 @@ import {
   performNotebookCall,
   type INotebookHost,
   type IRunResult
-} from '../src/notebooktools';
+} from '../src/notebook/tools';
 
 /** A notebook of code cells with `sources` (JupyterLab's shared model); cell `asking` asks. */
 function notebook(sources: string[], asking = 1): { host: INotebookHost; runs: number[] } {

@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 
-import type { ILmspTask, IResponse } from '../src/render';
-import { DismissedAsks, planRestorations, sourceHash, type ICellSummary } from '../src/restore';
+import type { ILmspTask, IResponse } from '../src/protocol/types';
+import {
+  DismissedAsks,
+  planRestorations,
+  sourceHash,
+  type ICellSummary
+} from '../src/notebook/restore';
 
 const SOURCE = '%lmsp ask --max-tokens 8 Once upon a time';
 

@@ -1,6 +1,7 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { AnswerView, type ILogprob, type ITaskEvent } from '../src/render';
+import { AnswerView } from '../src/render';
+import type { ILogprob, ITaskEvent } from '../src/protocol/types';
 import { formatProbability, tokenTitle } from '../src/render/shading';
 import { MSG, RESP, TASK, created, messageAdded, state } from './fixtures';
 

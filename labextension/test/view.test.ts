@@ -1,15 +1,14 @@
 import { markdownToHtml } from '../src/render/markdown';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 
-import {
-  AnswerView,
-  type IAnswerActions,
-  type IAnswerState,
-  type IResponse,
-  type IRoundState,
-  type ITaskEvent,
-  type OutputItem
-} from '../src/render';
+import { AnswerView, type IAnswerActions } from '../src/render';
+import type {
+  IAnswerState,
+  IResponse,
+  IRoundState,
+  ITaskEvent,
+  OutputItem
+} from '../src/protocol/types';
 import {
   MSG,
   RESP,

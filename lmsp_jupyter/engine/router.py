@@ -6,40 +6,79 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from tornado.ioloop import PeriodicCallback
+from traitlets import Dict, Float, List
+from traitlets.config import LoggingConfigurable
 
 from .backend import GenerationBackend, Messages, OutputSchema, Tools
 from .catalog import ModelCatalog, ModelEntry
 from .generation import CancelToken, GenerationEvent, Prompt, SamplingParams
-from .remote import RemoteEngine
+from .remote import RemoteEngine, RemoteServer
 
-#: How long a listing waits, at most, for a remote server's first answer (``LmspApp``'s default).
+#: How long a listing waits, at most, for a remote server's first answer, by default.
 FIRST_LISTING_SECONDS = 5.0
 
 
-class EngineRouter:
+class EngineRouter(LoggingConfigurable):
     """The models of the local catalog and of every remote server, each on its own engine.
 
     Implements both the model index and the engine interface the service uses. A model id
     ``<server>/<model>`` belongs to the remote server of that name, before any local model.
+    ``LmspApp`` builds it with ``parent=app``: the remote servers are its settings
+    (``EngineRouter.remote_servers``, ...).
     """
+
+    remote_servers = List(
+        Dict(),
+        default_value=[],
+        help="OpenAI-compatible servers (vLLM, llama-server, Ollama, LM Studio, SGLang) whose "
+        "models are offered too, as '<name>/<model>': [{'name': 'gpu', 'url': "
+        "'http://gpu-node:8000/v1', 'api_key_env': 'GPU_KEY'}]. Optional keys: 'api_key', "
+        "'headers', 'timeout_seconds', 'models' (remote ids to offer, or {remote id: name}), "
+        "'capabilities', 'context_length', 'structured_output' ('auto', 'json_schema' or "
+        "'json_object'), 'retries'. See docs/scaling.md.",
+    ).tag(config=True)
+
+    refresh_seconds = Float(
+        30.0,
+        help="How often remote servers are asked for their models (and so whether they answer).",
+    ).tag(config=True)
+
+    first_listing_seconds = Float(
+        FIRST_LISTING_SECONDS,
+        help="How long a listing of the models waits, at most, for a remote server that has "
+        "not answered yet (right after start-up): its models are listed once it answers.",
+    ).tag(config=True)
 
     def __init__(
         self,
         local: GenerationBackend,
         catalog: ModelCatalog,
-        remotes: Sequence[RemoteEngine] = (),
-        *,
-        first_listing_seconds: float = FIRST_LISTING_SECONDS,
+        remotes: Sequence[RemoteEngine] | None = None,
+        **kwargs: Any,
     ) -> None:
-        """Route to ``local`` and ``remotes``; a listing waits at most ``first_listing_seconds``
-        for remote servers being asked for their models for the first time."""
+        """Route to ``local`` and ``remotes`` (by default, those of ``remote_servers``; a bad
+        entry raises ``ValueError``); ``kwargs`` are ``parent``, ``config``, ``log`` and
+        traits."""
+        super().__init__(**kwargs)
+        if remotes is None:
+            remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
         names = [remote.server.name for remote in remotes]
         if len(set(names)) != len(names):
             raise ValueError(f"remote server names must differ: {names}")
         self.local = local
         self.catalog = catalog
         self.remotes = {remote.server.name: remote for remote in remotes}
-        self.first_listing_seconds = first_listing_seconds
+        self._refresher: PeriodicCallback | None = None
+
+    def start(self) -> None:
+        """Ask the remote servers for their models every ``refresh_seconds`` (on the running
+        IOLoop), when there are any."""
+        if self.remotes and self._refresher is None:
+            self._refresher = PeriodicCallback(self.refresh, self.refresh_seconds * 1000)
+            self._refresher.start()
 
     # --- the models -------------------------------------------------------------------------
 
@@ -128,13 +167,20 @@ class EngineRouter:
         """Generate on ``entry``'s engine."""
         return self._engine(entry).generate(entry, prompt, params, cancel)
 
+    def _stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.stop()
+
     def close(self) -> None:
-        """Close every engine."""
+        """Stop asking the remote servers for their models, and close every engine."""
+        self._stop()
         self.local.close()
         for remote in self.remotes.values():
             remote.close()
 
     async def aclose(self) -> None:
-        """Close every engine, waiting for the remote connections to close."""
+        """Stop asking the remote servers for their models, and close every engine, waiting
+        for the remote connections to close."""
+        self._stop()
         self.local.close()
         await asyncio.gather(*(remote.aclose() for remote in self.remotes.values()))

@@ -5,7 +5,7 @@ extension's renderer of the answer, in the asking cell's output). So these tools
 to the model like any ``@tool`` — their JSON Schemas come from the typed signatures below —
 and wait for the user's approval in the cell like any call; on **Approve** that view performs
 the call on its notebook and sends the result back on the ``lmsp`` comm as the call's output
-(``labextension/src/notebooktools.ts``). On **Deny** nothing changes and the model is told so.
+(``labextension/src/notebook/tools.ts``). On **Deny** nothing changes and the model is told so.
 
 Cells are addressed by ``index``: from 0, the first cell of the notebook; with
 ``relative: true``, counted from the cell that asks (-1 the cell above it, 1 the one below).

@@ -25,6 +25,7 @@ from .items import (
     InputItem,
     InputMessage,
 )
+from .models import ModelName
 from .requests import (
     FunctionTool,
     NamedToolChoice,
@@ -209,7 +210,7 @@ class AnthropicMetadata(_Lenient):
 class CountTokensRequest(_Lenient):
     """``POST /v1/messages/count_tokens``: a prompt, counted in the model's own tokens."""
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     messages: list[MessageParam] = Field(min_length=1, max_length=MAX_ITEMS)
     system: SystemPrompt | None = None
     tools: list[Tool] | None = Field(default=None, max_length=128)

@@ -20,7 +20,7 @@ from .items import (
     InputMessage,
 )
 from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
-from .models import EXTENSION_KEY
+from .models import EXTENSION_KEY, ModelName
 from .requests import (
     FunctionTool,
     JsonObjectFormat,
@@ -195,7 +195,7 @@ class StreamOptions(_Strict):
 class ChatCompletionRequest(_Strict, SamplingFields):
     """``POST /lmsp/v1/chat/completions``."""
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -21,6 +21,7 @@ from .events import (
 )
 from .items import MAX_TEXT_CHARS, InputMessage, OutputMessage
 from .logprobs import LOGPROBS_INCLUDE, Logprob
+from .models import ModelName
 from .requests import (
     ResponseRequest,
     SamplingFields,
@@ -40,7 +41,7 @@ class CompletionRequest(SamplingFields):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     prompt: PromptText | Annotated[list[PromptText], Field(min_length=1, max_length=1)] = Field(
         description="The text to continue (a list of one text is taken too)."
     )

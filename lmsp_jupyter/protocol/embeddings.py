@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .items import MAX_TEXT_CHARS
+from .models import ModelName
 
 #: Texts one request may embed.
 MAX_INPUTS = 2048
@@ -21,7 +22,7 @@ class EmbeddingRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     input: (
         EmbeddingText | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_INPUTS)]
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, Field, model_serializer
 
@@ -29,6 +29,10 @@ ModelStatus = Literal["available", "loading", "loaded", "unavailable"]
 ModelKind = Literal["chat", "base"]
 #: The key of this service's own additions in ``extensions`` objects (LMSP 1.0 section 9.1).
 EXTENSION_KEY: Final = "x-lmsp-jupyter"
+#: What a key of an ``extensions`` object looks like: reverse-DNS or an ``x-`` name (9.1).
+EXTENSION_KEY_PATTERN: Final = r"^(x-[A-Za-z0-9._-]+|[a-z0-9-]+(\.[a-z0-9-]+)+)$"
+#: The model a request names, in every dialect.
+ModelName = Annotated[str, Field(min_length=1, max_length=512)]
 
 LMSP_VERSION = "1.0"
 

@@ -33,7 +33,7 @@ from .chat import (
 from .embeddings import MAX_INPUTS, EmbeddingText
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS
-from .models import EXTENSION_KEY
+from .models import EXTENSION_KEY, ModelName
 from .requests import JsonObjectFormat, ResponseRequest, SamplingFields
 
 #: The Ollama version ``/api/version`` reports: the API this module follows (VS Code's
@@ -120,7 +120,7 @@ OutputFormat = Literal["", "json"] | dict[str, Any]
 class _GenerationRequest(_Lenient):
     """What ``/api/chat`` and ``/api/generate`` share."""
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     stream: bool = True
     format: OutputFormat | None = None
     options: OllamaOptions | None = None
@@ -151,7 +151,7 @@ class OllamaEmbedRequest(_Lenient):
     """``POST /api/embed``: one text or several; none (no ``input``, ``""`` or ``[]``) only
     loads the model, as Ollama does."""
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     input: (
         Literal[""]
         | EmbeddingText
@@ -177,7 +177,7 @@ class OllamaEmbedRequest(_Lenient):
 class OllamaEmbeddingsRequest(_Lenient):
     """``POST /api/embeddings``, Ollama's older endpoint: one ``prompt``."""
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     prompt: EmbeddingText
     options: dict[str, Any] | None = Field(default=None, description="Ignored.")
     keep_alive: KeepAlive | None = Field(

@@ -13,11 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import LmspError
 from .items import MAX_ITEMS, MAX_TEXT_CHARS, InputItem, InputMessage, InputText, ReservedPart
 from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
-from .models import EXTENSION_KEY
+from .models import EXTENSION_KEY, EXTENSION_KEY_PATTERN, ModelName
 
 M = TypeVar("M", bound=BaseModel)
 
-_EXTENSION_KEY = re.compile(r"^(x-[A-Za-z0-9._-]+|[a-z0-9-]+(\.[a-z0-9-]+)+)$")
+_EXTENSION_KEY = re.compile(EXTENSION_KEY_PATTERN)
 
 
 class _Strict(BaseModel):
@@ -160,7 +160,7 @@ class SamplingFields(BaseModel):
 class ResponseRequest(_Strict, SamplingFields):
     """``POST /lmsp/v1/responses``: what to generate and how."""
 
-    model: str = Field(min_length=1, max_length=512)
+    model: ModelName
     input: list[InputItem] = Field(min_length=1, max_length=MAX_ITEMS)
     stream: bool = False
     max_output_tokens: int | None = Field(default=None, ge=1)

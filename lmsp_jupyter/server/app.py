@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import ast
-import asyncio
 import logging
 import os
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from tornado.ioloop import PeriodicCallback
 from traitlets import (
     Bool,
     Dict,
@@ -20,7 +17,6 @@ from traitlets import (
     Float,
     Int,
     List,
-    TraitError,
     Type,
     Unicode,
     default,
@@ -33,11 +29,11 @@ from ..engine.catalog import (
     default_ollama_dir,
 )
 from ..engine.embedding import Embedders
-from ..engine.local.engine import EngineSettings, LocalEngine
+from ..engine.local.engine import LocalEngine
 from ..engine.local.llama.embedder import LlamaEmbedder
+from ..engine.local.worker_inputs import EngineSettings
 from ..engine.manager import ModelManager
-from ..engine.remote import RemoteEngine, RemoteServer
-from ..engine.router import FIRST_LISTING_SECONDS, EngineRouter
+from ..engine.router import EngineRouter
 from ..protocol.environment import (
     HUB_TOKEN_VARIABLE,
     HUB_URL_VARIABLE,
@@ -48,22 +44,10 @@ from ..protocol.environment import (
 )
 from ..service.anthropic import AnthropicModels
 from ..service.embeddings import EmbeddingService
-from ..service.idempotency import IdempotencyKeys
-from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
 from ..service.limits import OwnerLimits
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
-from ..service.store import open_store
-from ..service.store.interface import Database
-from ..service.store.records import (
-    IdempotencyRecords,
-    LeaseRecords,
-    ResponseRecords,
-    TaskRecords,
-    UsageRecords,
-    now,
-)
-from ..service.tasks import FOLLOW_POLL_SECONDS, TaskService
+from ..service.store.records import ResponseRecords, UsageRecords
 from .auth import ScopedTokens
 from .forward import HubForward, forward_handlers
 from .hub import hub_access, hub_service_argv, usage_handlers
@@ -71,6 +55,7 @@ from .ollama_listener import ListenerError, OllamaListener
 from .openapi import openapi_json
 from .routes import anthropic_handlers, default_handlers, ollama_handlers
 from .sse import SLOW_CLIENT_SECONDS
+from .task_store import TaskStore
 
 
 class PathList(List[str]):
@@ -113,12 +98,18 @@ class LmspApp(ExtensionApp):
     """Serves LMSP 1.0 under ``{base_url}lmsp/v1`` from the GGUF models on this machine."""
 
     name = "lmsp"
-    classes = [*ExtensionApp.classes, LocalEngine, ModelManager, AnthropicModels]
+    classes = [
+        *ExtensionApp.classes,
+        LocalEngine,
+        ModelManager,
+        EngineRouter,
+        TaskStore,
+        AnthropicModels,
+    ]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
     _forward: HubForward | None = None
-    store: Database
 
     model_dirs = PathList(
         help="Directories searched (recursively) for .gguf model files: "
@@ -174,64 +165,10 @@ class LmspApp(ExtensionApp):
         "a task's events from its last event id); bounds what a stalled reader holds.",
     ).tag(config=True)
 
-    store_path = Unicode(
-        help="The SQLite file of tasks, events, stored responses and idempotency keys, when "
-        "store_url is not set. Default: lmsp/lmsp.sqlite3 in the Jupyter data directory, "
-        "shared by all of a user's Jupyter servers (see lease_seconds).",
-    ).tag(config=True)
-
-    store_url = Unicode(
-        help="Where tasks, events, stored responses and idempotency keys are kept: "
-        "sqlite:///relative/file or sqlite:////absolute/file (default: store_path), or "
-        "postgresql://user@host:port/dbname for service replicas sharing one PostgreSQL "
-        "database (pip install 'lmsp-jupyter[postgresql]'). A password is best left to "
-        "libpq's environment (PGPASSWORD) or ~/.pgpass; the log shows the URL masked. "
-        "See docs/postgresql.md.",
-    ).tag(config=True)
-
-    follow_poll_seconds = Float(
-        FOLLOW_POLL_SECONDS,
-        help="How often a follower of a task that another server sharing the store runs "
-        "looks for its new events (the delay it adds to each).",
-    ).tag(config=True)
-
-    lease_seconds = Float(
-        LEASE_SECONDS,
-        help="How long this server's lease on the tasks it runs lasts unrenewed. Servers that "
-        "share a store (all of a user's, by default) each hold one; a server fails another's "
-        "queued and running tasks with service_restarted, and frees its idempotency keys in "
-        "flight, once that server's lease has lapsed: it was killed or hung this long. A "
-        "server of the same machine whose process has ended is found at once instead (at "
-        "start, on each renewal, and when a follower or a retried key meets its work). "
-        "Must be more than lease_renew_seconds.",
-    ).tag(config=True)
-
-    lease_renew_seconds = Float(
-        RENEW_SECONDS,
-        help="How often this server renews its lease and fails the tasks of servers whose "
-        "lease has lapsed or whose process of this machine has ended.",
-    ).tag(config=True)
-
     max_queued_tasks = Int(
         64,
         help="Requests (tasks and direct ones) waiting for a model, all models together; "
         "more → 503 overloaded.",
-    ).tag(config=True)
-
-    event_retention_seconds = Int(
-        3600, help="How long a finished task's events stay replayable (then 410)."
-    ).tag(config=True)
-
-    task_retention_seconds = Int(
-        86400, help="How long a finished task and its result stay (then 404)."
-    ).tag(config=True)
-
-    response_retention_seconds = Int(
-        30 * 86400, help="How long responses kept with store: true stay (then 404)."
-    ).tag(config=True)
-
-    purge_interval_seconds = Float(
-        60.0, help="How often expired events, tasks, responses and keys are purged."
     ).tag(config=True)
 
     tokens = List(
@@ -275,17 +212,6 @@ class LmspApp(ExtensionApp):
         "→ 429 rate_limited with Retry-After. 0: no limit.",
     ).tag(config=True)
 
-    remote_servers = List(
-        Dict(),
-        default_value=[],
-        help="OpenAI-compatible servers (vLLM, llama-server, Ollama, LM Studio, SGLang) whose "
-        "models are offered too, as '<name>/<model>': [{'name': 'gpu', 'url': "
-        "'http://gpu-node:8000/v1', 'api_key_env': 'GPU_KEY'}]. Optional keys: 'api_key', "
-        "'headers', 'timeout_seconds', 'models' (remote ids to offer, or {remote id: name}), "
-        "'capabilities', 'context_length', 'structured_output' ('auto', 'json_schema' or "
-        "'json_object'), 'retries'. See docs/scaling.md.",
-    ).tag(config=True)
-
     embedding_models = Dict(
         key_trait=Unicode(),
         value_trait=Enum(["mean", "cls", "last"]),
@@ -314,25 +240,6 @@ class LmspApp(ExtensionApp):
         "On a loopback address it needs no token and refuses other Host names and foreign "
         "Origins; on any other address it needs the Jupyter token. See docs/other-tools.md.",
     ).tag(config=True)
-
-    remote_refresh_seconds = Float(
-        30.0,
-        help="How often remote servers are asked for their models (and so whether they answer).",
-    ).tag(config=True)
-
-    remote_first_listing_seconds = Float(
-        FIRST_LISTING_SECONDS,
-        help="How long a listing of the models waits, at most, for a remote server that has "
-        "not answered yet (right after start-up): its models are listed once it answers.",
-    ).tag(config=True)
-
-    @default("store_path")
-    def _default_store_path(self) -> str:
-        return str(Path(jupyter_data_dir()) / "lmsp" / "lmsp.sqlite3")
-
-    @default("store_url")
-    def _default_store_url(self) -> str:
-        return f"sqlite:///{Path(self.store_path).expanduser()}"
 
     @default("hub_service_url")
     def _default_hub_service_url(self) -> str:
@@ -375,10 +282,7 @@ class LmspApp(ExtensionApp):
         )
         build: Callable[..., GenerationBackend] = self.engine_class  # a class, not the Protocol
         local = build(parent=self, log=self.log)
-        remotes = [RemoteEngine(RemoteServer.parse(config)) for config in self.remote_servers]
-        self.engine = EngineRouter(
-            local, catalog, remotes, first_listing_seconds=self.remote_first_listing_seconds
-        )
+        self.engine = EngineRouter(local, catalog, parent=self, log=self.log)
         for notice in catalog.notices():
             self.log.warning("%s", notice)
         # Embedding models run on llama.cpp too, with the local engine's threads.
@@ -387,18 +291,8 @@ class LmspApp(ExtensionApp):
         self.model_manager = self.model_manager_class(
             self.engine, embedders=embedders, parent=self, log=self.log
         )
-        if self.lease_seconds <= self.lease_renew_seconds:
-            raise TraitError(
-                f"LmspApp.lease_seconds ({self.lease_seconds:g}) must be more than "
-                f"LmspApp.lease_renew_seconds ({self.lease_renew_seconds:g})"
-            )
-        try:
-            store = self.store = open_store(self.store_url)
-        except ValueError as exc:
-            raise TraitError(f"LmspApp.store_url: {exc}") from None
-        self.log.info("LMSP store: %s", store.describe())
-        lease = Lease(LeaseRecords(store), seconds=self.lease_seconds)
-        lease.renew()
+        self.task_store = TaskStore(parent=self, log=self.log)
+        store = self.task_store.store
         models = ModelDirectory(
             self.engine,
             self.engine,
@@ -416,19 +310,8 @@ class LmspApp(ExtensionApp):
             usage=usage,
         )
         limits = OwnerLimits(self.owner_max_requests, self.owner_max_tasks)
-        self.task_service = TaskService(
-            responses,
-            TaskRecords(store),
-            lease,
-            event_retention_seconds=self.event_retention_seconds,
-            task_retention_seconds=self.task_retention_seconds,
-            follow_poll_seconds=self.follow_poll_seconds,
-            limits=limits,
-        )
-        self._recovered(self.task_service.recover())
-        self.idempotency = IdempotencyKeys(
-            IdempotencyRecords(store), lease.holder, end_dead=self.task_service.end_dead
-        )
+        self.task_service = self.task_store.start(responses, limits)
+        self.idempotency = self.task_store.idempotency
         self.settings.update(
             lmsp_models=models,
             lmsp_embeddings=self.embeddings,
@@ -445,16 +328,7 @@ class LmspApp(ExtensionApp):
             lmsp_slow_client_seconds=self.slow_client_seconds,
             lmsp_openapi_json=openapi_json,
         )
-        self._purger = PeriodicCallback(self._purge, self.purge_interval_seconds * 1000)
-        self._purger.start()
-        self._lease_keeper = PeriodicCallback(self._renew_lease, self.lease_renew_seconds * 1000)
-        self._lease_keeper.start()
-        self._remote_refresher: PeriodicCallback | None = None
-        if remotes:
-            self._remote_refresher = PeriodicCallback(
-                self.engine.refresh, self.remote_refresh_seconds * 1000
-            )
-            self._remote_refresher.start()
+        self.engine.start()
 
     def _forward_to_hub(self) -> None:
         """Share only what forwarding needs: no engine, no store (docs/jupyterhub.md)."""
@@ -488,41 +362,6 @@ class LmspApp(ExtensionApp):
         for handler in self.log.handlers:
             if handler not in package.handlers:
                 package.addHandler(handler)
-
-    def _recovered(self, failed: int) -> None:
-        if failed:
-            self.log.warning(
-                "%d tasks of servers that stopped (this store's earlier ones, or another "
-                "that shares it) were failed: service_restarted",
-                failed,
-            )
-
-    def _renew_lease(self) -> None:
-        """Renew the lease on the event loop (a quick write; on a thread, a busy pool could
-        delay it past its expiry), then fail what servers that are gone held."""
-        try:
-            self._recovered(self.task_service.renew())
-        except Exception:  # the store fails now: the next tick tries again
-            self.log.exception("the lease on the store could not be renewed")
-
-    async def _purge(self) -> None:
-        """Retention, off the event loop: SQLite deletes run on a worker thread."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._purge_now)
-
-    def _purge_now(self) -> None:
-        events, tasks = self.task_service.purge()
-        responses = self.task_service.responses.records
-        kept = responses.purge(now() - self.response_retention_seconds) if responses else 0
-        keys = self.idempotency.purge()
-        if events or tasks or kept or keys:
-            self.log.info(
-                "purged the events of %d tasks, %d tasks, %d responses, %d idempotency keys",
-                events,
-                tasks,
-                kept,
-                keys,
-            )
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Once the server listens, tell the kernels it will start where LMSP is, and ask the
@@ -567,13 +406,8 @@ class LmspApp(ExtensionApp):
             self._ollama_listener.stop()
         if self._forward is not None:
             await self._forward.aclose()
-        if hasattr(self, "_purger"):
-            self._purger.stop()
-            self._lease_keeper.stop()
-            if self._remote_refresher is not None:
-                self._remote_refresher.stop()
-            await self.task_service.close()
-            self.store.close()
+        if hasattr(self, "task_store"):
+            await self.task_store.close()
             await self.model_manager.close()
             self.embeddings.close()
             await self.engine.aclose()

@@ -16,7 +16,14 @@ from ..protocol.completions import CompletionRequest, TextCompletion
 from ..protocol.embeddings import EmbeddingList, EmbeddingRequest
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
-from ..protocol.models import EXTENSION_KEY, LMSP_VERSION, Model, ModelList, ServiceDocument
+from ..protocol.models import (
+    EXTENSION_KEY,
+    EXTENSION_KEY_PATTERN,
+    LMSP_VERSION,
+    Model,
+    ModelList,
+    ServiceDocument,
+)
 from ..protocol.requests import ResponseRequest
 from ..protocol.responses import Response
 from ..protocol.tasks import Task, TaskList, TaskRequest, TaskStatus
@@ -46,8 +53,6 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     *((model, "serialization") for model in events.EVENT_NAMES),
 ]
 
-_EXTENSION_KEY = r"^(x-[A-Za-z0-9._-]+|[a-z0-9-]+(\.[a-z0-9-]+)+)$"
-
 
 @functools.cache
 def protocol_schemas() -> dict[str, Any]:
@@ -75,7 +80,7 @@ def protocol_schemas() -> dict[str, Any]:
             **event["properties"],
         }
         event["required"] = ["type", "sequence_number", *event.get("required", [])]
-    request["extensions"]["anyOf"][0]["propertyNames"] = {"pattern": _EXTENSION_KEY}
+    request["extensions"]["anyOf"][0]["propertyNames"] = {"pattern": EXTENSION_KEY_PATTERN}
     request["extensions"]["description"] = "Private extensions under reverse-DNS or x- names."
     request["extensions"]["anyOf"][0]["properties"] = {
         EXTENSION_KEY: {

@@ -44,7 +44,7 @@ from ..service.embeddings import Embeddings, check_dimensions
 from ..service.ollama import OllamaModels
 from .auth import Principal
 from .operations import Operation
-from .sse import EventStream, SseEvent, StreamingHandler
+from .sse import EventStream, SsePayload, StreamingHandler
 
 #: The prefix of Ollama's API under the server's base_url.
 OLLAMA_PREFIX = "/lmsp/ollama"
@@ -133,7 +133,7 @@ class NdjsonStream(EventStream):
         super().__init__(handler, handler.settings["lmsp_keepalive_seconds"])
         self.translator = translator
 
-    def frame(self, event: SseEvent) -> bytes:
+    def frame(self, event: SsePayload) -> bytes:
         assert isinstance(event, ResponseEvent)
         lines = (
             chunk.model_dump_json(exclude_none=True) + "\n" for chunk in self.translator.feed(event)

@@ -31,7 +31,7 @@ from .operations import (
     json_reply,
     ref,
 )
-from .sse import EventStream, SseEvent, StreamingHandler, sse_frame
+from .sse import EventStream, SsePayload, StreamingHandler, sse_frame
 
 #: The ends of a stream that its key answers again (the others free the key).
 _ANSWERED = ("completed", "incomplete")
@@ -74,8 +74,8 @@ class _CreatingHandler(StreamingHandler):
         self,
         run: ResponseRun,
         claim: Claim | None,
-        render: Callable[[ResponseEvent], Sequence[SseEvent]] = lambda event: [event],
-        head: Sequence[SseEvent] = (),
+        render: Callable[[ResponseEvent], Sequence[SsePayload]] = lambda event: [event],
+        head: Sequence[SsePayload] = (),
     ) -> Answer:
         """Generate ``run`` as SSE, each event as ``render`` shows it, after ``head``; the
         stream as sent is the answer its key keeps."""
@@ -93,9 +93,9 @@ class _CreatingHandler(StreamingHandler):
         run: ResponseRun,
         stream: EventStream,
         claim: Claim | None,
-        render: Callable[[ResponseEvent], Sequence[SseEvent]],
-        head: Sequence[SseEvent],
-    ) -> AsyncIterator[SseEvent]:
+        render: Callable[[ResponseEvent], Sequence[SsePayload]],
+        head: Sequence[SsePayload],
+    ) -> AsyncIterator[SsePayload]:
         """The frames of ``run``'s events, with the key's answer recorded before those of the
         final event go out: a client that received the whole stream gets it again from its
         key, even when the process dies right after."""

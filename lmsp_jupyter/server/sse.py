@@ -31,8 +31,9 @@ RETRY_MILLISECONDS = 2000
 SLOW_CLIENT_SECONDS = 30.0
 
 
-#: Anything that can be sent as one server-sent event.
-SseEvent = (
+#: Anything that can be sent as one server-sent event (the client reads it back as a
+#: ``ServerSentEvent``).
+SsePayload = (
     ResponseEvent
     | StoredEvent
     | Interrupted
@@ -42,7 +43,7 @@ SseEvent = (
 )
 
 
-def sse_frame(event: SseEvent) -> bytes:
+def sse_frame(event: SsePayload) -> bytes:
     """``event`` as SSE bytes: ``id``, ``event`` and one line of JSON ``data`` for LMSP events;
     ``data`` alone for (Chat) Completions' frames, as OpenAI's clients read them; ``event``
     (its ``type``) and ``data`` for Anthropic's Messages events."""
@@ -123,7 +124,7 @@ class EventStream:
         with contextlib.suppress(StreamClosedError):  # the client left: nothing to undo
             await self._write(transcript.encode())
 
-    async def send(self, events: AsyncIterator[SseEvent]) -> None:
+    async def send(self, events: AsyncIterator[SsePayload]) -> None:
         """Send ``events`` until they end, or until the client disconnects."""
         self._start()
         self._task = asyncio.current_task()
@@ -163,7 +164,7 @@ class EventStream:
             self._handler.request.connection.close()  # type: ignore[union-attr]
             raise StreamClosedError() from None
 
-    def frame(self, event: SseEvent) -> bytes:
+    def frame(self, event: SsePayload) -> bytes:
         """``event`` as it is sent."""
         return sse_frame(event)
 
@@ -200,7 +201,7 @@ class StreamingHandler(LmspHandler):
         self._stream = EventStream(self, self.settings["lmsp_keepalive_seconds"], kept=kept)
         return self._stream
 
-    async def send_events(self, events: AsyncIterator[SseEvent]) -> None:
+    async def send_events(self, events: AsyncIterator[SsePayload]) -> None:
         """Send ``events`` until they end or the client leaves, then finish the reply."""
         await self.event_stream().send(events)
         self.finish()

@@ -455,7 +455,7 @@ class TaskService:
     def renew(self) -> int:
         """Renew this server's lease, cancel what other servers were asked to cancel of its
         tasks still waiting in line (running ones see it with their next event), then
-        :meth:`recover`: run every ``LmspApp.lease_renew_seconds``."""
+        :meth:`recover`: run every ``TaskStore.lease_renew_seconds``."""
         self.lease.renew()
         for task_id in self.records.cancels_requested(self.lease.holder):
             queued = self._live.get(task_id)

@@ -24,7 +24,7 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.local.passes import (
     BLOCK,
@@ -36,6 +36,7 @@ from lmsp_jupyter.engine.local.passes import (
     pass_size,
     reusable,
 )
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from tests.engine.conftest import prompt_of
 
 PARALLEL = 8

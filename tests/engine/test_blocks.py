@@ -19,9 +19,10 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
     TokenLogprob,
 )
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.local.passes import BLOCK, block_end
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from tests.engine.conftest import assert_same_runs, prompt_of
 
 TOKENS = 12

@@ -13,11 +13,12 @@ import pytest
 
 from lmsp_jupyter.engine.catalog import ModelEntry
 from lmsp_jupyter.engine.generation import CancelToken, GenerationDone, SamplingParams
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.embedder import LlamaEmbedder
 from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
 from lmsp_jupyter.engine.local.llama.runtime import release_compute_threads
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from tests.engine.conftest import prompt_of
 
 pytestmark = pytest.mark.skipif(

@@ -9,8 +9,9 @@ import pytest
 from lmsp_jupyter.engine.catalog import ModelCatalog, ModelEntry
 from lmsp_jupyter.engine.fim import FIM_KEYS, FimTokens, fim_tokens, raw_prompt_tokens
 from lmsp_jupyter.engine.generation import CancelToken, GenerationDone, SamplingParams, TextDelta
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from tests.conftest import FIM_IDS
 from tests.engine.gguf_files import INT32, Typed, write_gguf
 

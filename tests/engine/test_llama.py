@@ -25,10 +25,11 @@ from lmsp_jupyter.engine.generation import (
     SamplingParams,
     TextDelta,
 )
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.model import BatchToken, LlamaModel
 from lmsp_jupyter.engine.local.llama.runtime import output_tile
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.engine.templates import ChatTemplate
 from tests.chat_template import GEMMA_TEMPLATE
 from tests.engine.conftest import prompt_of

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID, ModelCatalog, ModelEntry
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.engine.manager import RETRY_AFTER_SECONDS, ModelManager
 from lmsp_jupyter.engine.memory import resident_bytes
 from lmsp_jupyter.protocol.errors import LmspError

@@ -18,8 +18,9 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
     TokenLogprob,
 )
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from tests.engine.conftest import assert_same_runs, prompt_of
 
 #: A prompt a base model continues by repeating itself at temperature 0.

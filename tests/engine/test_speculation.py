@@ -16,7 +16,7 @@ from lmsp_jupyter.engine.generation import (
     TextDelta,
     TokenLogprob,
 )
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
 from lmsp_jupyter.engine.local.llama.tokenizer import LlamaTokenizer
 from lmsp_jupyter.engine.local.speculation import (
     Draft,
@@ -25,6 +25,7 @@ from lmsp_jupyter.engine.local.speculation import (
     left_over_ms,
     own_pass_ms,
 )
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from tests.engine.conftest import assert_same_runs, prompt_of
 from tests.engine.test_batching import PREAMBLE, PROMPTS, SUBJECTS, generate
 

@@ -1,11 +1,13 @@
 """Notebook tools in the kernel: their schemas, and the approval flow's edges (scripted client).
 
 JupyterLab performs an approved call and sends what it did as the ``decide`` message's
-``output`` (labextension/src/notebooktools.ts, tested with vitest; tests/ui for the real thing).
+``output`` (labextension/src/notebook/tools.ts, tested with vitest; tests/ui for the real thing).
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,6 +111,40 @@ def test_the_four_tools_their_schemas_and_policy() -> None:
             "additionalProperties": False,
         },
     }
+
+
+#: Where the lab extension checks an approved call's arguments before performing it.
+LAB_TOOLS = Path(__file__).resolve().parents[2] / "labextension/src/notebook/tools.ts"
+
+
+def lab_parameters() -> dict[str, tuple[dict[str, str], list[str]]]:
+    """``PARAMETERS`` of the lab extension's notebook tools: each tool's types and required."""
+    source = LAB_TOOLS.read_text()
+    block = source[source.index("const PARAMETERS") :]
+    block = block[: block.index("\n};")]
+    entry = re.compile(r"(\w+): \{\s*types: \{([^}]*)\},\s*required: \[([^\]]*)\]")
+    return {
+        match[1]: (dict(re.findall(r"(\w+): '(\w+)'", match[2])), re.findall(r"'(\w+)'", match[3]))
+        for match in entry.finditer(block)
+    }
+
+
+def lab_type(schema: dict[str, Any]) -> str:
+    """The lab extension's name of a parameter's JSON Schema."""
+    if schema.get("enum") == ["code", "markdown"]:
+        return "cell_type"
+    if schema.get("anyOf") == [{"type": "integer"}, {"type": "null"}]:
+        return "integer_or_null"
+    return str(schema["type"])
+
+
+def test_the_lab_extension_checks_the_parameters_the_kernel_offers() -> None:
+    offered = {}
+    for name, offered_tool in notebook_tools().items():
+        schema = offered_tool.parameters
+        types = {key: lab_type(value) for key, value in schema["properties"].items()}
+        offered[name] = (types, schema["required"])
+    assert lab_parameters() == offered
 
 
 def test_a_call_waits_for_approval_marked_as_the_notebooks() -> None:

@@ -63,7 +63,7 @@ class OpenAIServer:
 
     @property
     def url(self) -> str:
-        """The API root, as ``LmspApp.remote_servers`` takes it."""
+        """The API root, as ``EngineRouter.remote_servers`` takes it."""
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
@@ -90,10 +90,10 @@ class OpenAIServer:
 
     def start(self) -> None:
         """Start it and wait until it lists its model."""
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
-        )
+        with self.log_path.open("ab") as log:  # the server writes to its own copy
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+            )
         process = self.process
 
         def lists() -> bool:

@@ -18,12 +18,12 @@ from tests.server.helpers import assert_problem, events, start, wait_for_events
 @pytest.fixture
 def short_retention(tmp_path: Path) -> Iterator[LiveServer]:
     config = {
-        "LmspApp": {
+        "TaskStore": {
             "event_retention_seconds": 1,
             "task_retention_seconds": 4,
             "purge_interval_seconds": 0.2,
-            "max_queued_tasks": 1,
         },
+        "LmspApp": {"max_queued_tasks": 1},
         "LocalEngine": {"parallel_requests": 1},
     }
     with running_server(tmp_path, config=config) as server:
@@ -79,7 +79,7 @@ def test_a_killed_service_keeps_its_tasks_and_fails_the_running_one(
     tmp_path: Path, stores: Stores
 ) -> None:
     lease = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}  # the restart waits this out
-    config = {"LmspApp": {"store_url": stores.new(), **lease}}
+    config = {"TaskStore": {"store_url": stores.new(), **lease}}
     server = start_server(tmp_path / "first", config=config)
     with server.client() as client:
         finished = start(client, tokens=4)

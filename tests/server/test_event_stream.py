@@ -12,7 +12,7 @@ from tornado.web import RequestHandler
 
 from lmsp_jupyter.protocol.events import ResponseEvent, ResponseInProgress
 from lmsp_jupyter.protocol.responses import Response
-from lmsp_jupyter.server.sse import EventStream, SseEvent, sse_frame
+from lmsp_jupyter.server.sse import EventStream, SsePayload, sse_frame
 
 FRAMES = 50
 
@@ -39,7 +39,7 @@ def event(number: int) -> ResponseEvent:
     return ResponseEvent(number, ResponseInProgress(response_id="resp_1", response=response))
 
 
-async def events() -> AsyncIterator[SseEvent]:
+async def events() -> AsyncIterator[SsePayload]:
     for number in range(1, FRAMES + 1):
         yield event(number)
 

@@ -36,7 +36,9 @@ BODY: dict[str, Any] = {"model": MODEL, "input": "x"}
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest, stores: Stores) -> Config:
     """The test's own server on a new store of each kind in turn."""
-    return server_config(request, sse_keepalive_seconds=0.05, store_url=stores.new())
+    config = server_config(request, sse_keepalive_seconds=0.05)
+    config.TaskStore.store_url = stores.new()
+    return config
 
 
 async def stream(client: httpx.AsyncClient, key: str, **fields: object) -> httpx.Response:
@@ -241,7 +243,7 @@ def test_keys_of_requests_cut_short_by_a_killed_process_are_free_after_restart(
 ) -> None:
     store = stores.new()
     lease = {"lease_seconds": 3.0, "lease_renew_seconds": 0.5}  # the restart waits this out
-    config = {"LmspApp": {"store_url": store, **lease}}
+    config = {"TaskStore": {"store_url": store, **lease}}
     body = {"model": MODEL, "input": "Write a long story.", "temperature": 0}
     keys = {
         "sync": {"Idempotency-Key": "killed-sync"},

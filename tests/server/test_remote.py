@@ -3,7 +3,7 @@
 Each test runs against llama-cpp-python's own server and, when ``LMSP_LLAMA_SERVER`` names a
 binary, against llama.cpp's ``llama-server``; both serve the bundled GGUF as ``gemma``. The Jupyter
 server reaches the remote through a proxy that records every upstream request and who closed
-it, configured as ``LmspApp.remote_servers = [{"name": "remote", "url": ...}]``.
+it, configured as ``EngineRouter.remote_servers = [{"name": "remote", "url": ...}]``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def live_server(
     """A Jupyter server with the extension, offering the remote's models through the proxy (in
     place of conftest's, so that its ``client`` fixture talks to this one)."""
     servers = [{"name": "remote", "url": f"http://127.0.0.1:{upstream.port}/v1"}]
-    config = {"LmspApp": {"remote_servers": servers}}
+    config = {"EngineRouter": {"remote_servers": servers}}
     with running_server(tmp_path_factory.mktemp("lmsp"), config=config) as server:
         yield server
 

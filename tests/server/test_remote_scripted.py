@@ -137,7 +137,7 @@ def live_server(
         "url": f"http://127.0.0.1:{scripted.server_address[1]}/v1",
         "capabilities": ["streaming", "reasoning"],
     }
-    config = {"LmspApp": {"remote_servers": [remote]}}
+    config = {"EngineRouter": {"remote_servers": [remote]}}
     with running_server(tmp_path_factory.mktemp("lmsp"), config=config) as server:
         yield server
 

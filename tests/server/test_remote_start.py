@@ -39,7 +39,7 @@ def test_first_requests_during_the_start_up_listing_all_get_their_answer_and_the
     scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     remote = {"name": "scripted", "url": f"http://127.0.0.1:{scripted.server_address[1]}/v1"}
-    config = {"LmspApp": {"remote_servers": [remote], "remote_first_listing_seconds": 120}}
+    config = {"EngineRouter": {"remote_servers": [remote], "first_listing_seconds": 120}}
     body = {"model": MODEL, "input": "Why is the sky blue?", "max_output_tokens": 8}
     # The server answers, its start-up listing of the remote is held: the first requests come
     # while it is under way.

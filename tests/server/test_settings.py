@@ -1,9 +1,10 @@
 """Settings reach the objects that use them.
 
-The model manager's settings (``ModelManager.keep_alive_seconds``, ...) and the local engine's
-(``LocalEngine.context_size``, ...) are their own traits, as jupyter-server's contents manager's
-are. Each test starts a Jupyter server (pytest-jupyter, in this process) with its own
-command line.
+The model manager's settings (``ModelManager.keep_alive_seconds``, ...), the local engine's
+(``LocalEngine.context_size``, ...), the task store's (``TaskStore.store_url``, ...) and the
+router's (``EngineRouter.remote_servers``, ...) are their own traits, as jupyter-server's
+contents manager's are. Each test starts a Jupyter server (pytest-jupyter, in this process)
+with its own command line.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import pytest
 from traitlets.config import Config
 
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.engine.manager import (
     DEFAULT_KEEP_ALIVE_SECONDS,
     DEFAULT_MAX_LOADED_MODELS,
@@ -91,6 +93,24 @@ def test_the_engines_settings_are_its_own(jp_serverapp: Any) -> None:
     assert engine_settings(jp_serverapp) == EngineSettings(
         context_size=1024, threads=2, batch_size=64, parallel=3, speculation=False
     )
+
+
+@pytest.mark.parametrize(
+    "jp_argv",
+    [
+        [
+            "--TaskStore.event_retention_seconds=7",
+            "--TaskStore.follow_poll_seconds=0.25",
+            "--EngineRouter.first_listing_seconds=9",
+        ]
+    ],
+)
+def test_the_stores_and_the_routers_settings_are_their_own(jp_serverapp: Any) -> None:
+    app = lmsp_app(jp_serverapp)
+    assert (app.task_store.event_retention_seconds, app.task_store.follow_poll_seconds) == (7, 0.25)
+    assert app.task_service.event_retention_seconds == 7
+    assert app.task_service.follow_poll_seconds == 0.25
+    assert app.engine.first_listing_seconds == 9
 
 
 @pytest.mark.parametrize("jp_argv", [["--LmspApp.sse_keepalive_seconds=7"]])

@@ -67,7 +67,7 @@ def shared(
     """A server named ``name`` (its data directory) on the store ``store``; ``slots`` model
     slots."""
     config = {
-        "LmspApp": {"store_url": store, **lease},
+        "TaskStore": {"store_url": store, **lease},
         "LocalEngine": {"parallel_requests": slots},
     }
     server = start_server(tmp_path / name, config=config)

@@ -28,7 +28,7 @@ def _model(bundled_model_path: Path) -> None:
 def test_a_store_that_is_down_is_503_and_nothing_is_lost_once_it_is_back(
     tmp_path: Path, postgres: PostgresServer
 ) -> None:
-    config = {"LmspApp": {"store_url": postgres.new_database()}}
+    config = {"TaskStore": {"store_url": postgres.new_database()}}
     with running_server(tmp_path, config=config) as server, server.client() as client:
         task = start(client, tokens=2)
         before = events(client, task["id"])

@@ -9,7 +9,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lmsp_jupyter.engine.catalog import ModelCatalog
-from lmsp_jupyter.engine.local.engine import EngineSettings, LocalEngine
+from lmsp_jupyter.engine.local.engine import LocalEngine
+from lmsp_jupyter.engine.local.worker_inputs import EngineSettings
 from lmsp_jupyter.protocol.events import ResponseEvent
 from lmsp_jupyter.protocol.requests import ResponseRequest, parse_response_request
 from lmsp_jupyter.protocol.tasks import Task

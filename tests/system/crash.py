@@ -160,7 +160,7 @@ class CrashRun:
         """Restart the server on the store, and wait until it has ended what the killed one
         held (its tasks failed, its keys in flight freed): before it answers, as it finds the
         killed process gone."""
-        config = {"LmspApp": {"store_url": self.store_url, **LEASE}}
+        config = {"TaskStore": {"store_url": self.store_url, **LEASE}}
         self._server = start_server(self.tmp / f"run{self.figures.kill_points}", config=config)
         eventually(self._settled, what="the killed server's tasks and keys ended")
 

@@ -127,8 +127,8 @@ def test_sdist_holds_the_labextension_sources_without_node_modules(
     assert {
         "labextension/package.json",
         "labextension/src/index.ts",
-        "labextension/src/panel.ts",
-        "labextension/src/status.ts",
+        "labextension/src/panel/panel.ts",
+        "labextension/src/panel/status.ts",
     } <= names
     assert not [name for name in names if "node_modules" in name]
 

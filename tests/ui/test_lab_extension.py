@@ -23,7 +23,7 @@ from tests.ui import lab as ui
 
 # Finished tasks lose their events after 1 s and are gone after 2 s; purged every second.
 PURGING: dict[str, object] = {
-    "LmspApp": {
+    "TaskStore": {
         "event_retention_seconds": 1,
         "task_retention_seconds": 2,
         "purge_interval_seconds": 1,

@@ -7,7 +7,7 @@ import type { Cell, CodeCell } from '@jupyterlab/cells';
 import { NotebookActions, type NotebookPanel } from '@jupyterlab/notebook';
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { completionsUrl, listModels, sessionFetch } from '../api';
+import { completionsUrl, listModels, sessionFetch } from '../protocol/api';
 import { pickModel } from '../inline/context';
 import { completionTexts } from '../inline/provider';
 import '../../style/cells.css';

@@ -7,7 +7,7 @@
  * at line starts, so that its start stays the same from one keystroke to the next and the
  * service serves all but its last few tokens from the prefix cache.
  */
-import type { ILmspModel } from '../render/types';
+import type { ILmspModel } from '../protocol/types';
 
 /** A cell above the cursor: its kind and text. */
 export interface ICellText {

@@ -16,9 +16,9 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import type { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { ReadonlyPartialJSONValue } from '@lumino/coreutils';
 
-import { completionsUrl, listModels, sessionFetch } from '../api';
-import type { ILmspModel } from '../render/types';
-import { SseParser } from '../sse';
+import { completionsUrl, listModels, sessionFetch } from '../protocol/api';
+import type { ILmspModel } from '../protocol/types';
+import { SseParser } from '../protocol/sse';
 import { type ICellText, pickModel, promptParts } from './context';
 import { editorContext } from './editor';
 

@@ -10,7 +10,7 @@ import {
   tokensPerSecond,
   type IRoundView
 } from './reducer';
-import { noteRoundRate } from './rates';
+import { noteRoundRate, outputRate } from './rates';
 import {
   draftedTokens,
   type IAnswerState,
@@ -18,7 +18,7 @@ import {
   type IRoundState,
   type ITaskEvent,
   type IUsage
-} from './types';
+} from '../protocol/types';
 
 const RUNNING: ReadonlySet<AnswerStatus> = new Set(['queued', 'in_progress']);
 
@@ -139,7 +139,7 @@ export class Answer {
     const usage = round.response?.usage ?? live?.usage ?? null;
     let rate = live ? tokensPerSecond({ ...live, usage }) : null;
     if (rate === null && usage && round.seconds) {
-      rate = usage.output_tokens / round.seconds;
+      rate = outputRate(usage.output_tokens, round.seconds);
     }
     if (rate !== null) {
       noteRoundRate(round.task_id, rate);

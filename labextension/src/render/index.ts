@@ -1,4 +1,7 @@
-/** The shared rendering of LMSP answers, used by the anywidget view and the MIME renderer. */
+/**
+ * The shared rendering of LMSP answers, used by the anywidget view and the MIME renderer; the
+ * protocol's types are `../protocol/types`.
+ */
 export { Answer } from './answer';
 export { markdownToHtml, renderMarkdown } from './markdown';
 export {
@@ -12,5 +15,4 @@ export {
   type IRoundView
 } from './reducer';
 export { formatRate, noteRoundRate, roundRate } from './rates';
-export * from './types';
 export { AnswerView, type IAnswerActions, type IAnswerViewOptions } from './view';

@@ -7,7 +7,7 @@
 import { renderMarkdown, textEnd } from './markdown';
 import { renderShaded } from './shading';
 import type { IItemView, IRoundView } from './reducer';
-import type { IToolCallState } from './types';
+import type { IToolCallState } from '../protocol/types';
 import { element } from './dom';
 
 interface IMessageDom {

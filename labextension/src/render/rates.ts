@@ -19,6 +19,11 @@ export function roundRate(taskId: string): number | null {
   return roundRates.get(taskId) ?? null;
 }
 
+/** Output tokens per second of `tokens` written in `seconds`; null when no time was measured. */
+export function outputRate(tokens: number, seconds: number): number | null {
+  return seconds > 0 ? tokens / seconds : null;
+}
+
 /** `20.0 tok/s`: how every view shows a rate of output tokens. */
 export function formatRate(tokensPerSecond: number, digits = 1): string {
   return `${tokensPerSecond.toFixed(digits)} tok/s`;

@@ -1,6 +1,7 @@
 /**
  * A pure reducer from LMSP events to the view of one round (one task's response).
  */
+import { outputRate } from './rates';
 import type {
   ILogprob,
   OutputItem,
@@ -9,7 +10,7 @@ import type {
   ResponseStatus,
   ITaskEvent,
   IUsage
-} from './types';
+} from '../protocol/types';
 
 /** One output item as far as it has arrived. */
 export interface IItemView {
@@ -243,8 +244,9 @@ export function tokensPerSecond(round: IRoundView): number | null {
     return null;
   }
   const watchedFromStart = timing.deltasInFirstBatch <= 1;
-  if (round.usage && watchedFromStart) {
-    return round.usage.output_tokens / seconds;
-  }
-  return (round.deltas - timing.deltasInFirstBatch) / seconds;
+  const tokens =
+    round.usage && watchedFromStart
+      ? round.usage.output_tokens
+      : round.deltas - timing.deltasInFirstBatch;
+  return outputRate(tokens, seconds);
 }

@@ -3,7 +3,7 @@
  * shade; hovering shows its probability and the most likely tokens at its place.
  */
 import { element } from './dom';
-import type { ILogprob, ITopLogprob } from './types';
+import type { ILogprob, ITopLogprob } from '../protocol/types';
 
 /** A probability as a short percentage. */
 export function formatProbability(logprob: number): string {

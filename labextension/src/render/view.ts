@@ -8,7 +8,12 @@ import { Answer } from './answer';
 import { ItemsDom, type IRoundDom } from './items';
 import { formatRate } from './rates';
 import type { IRoundView } from './reducer';
-import { draftedTokens, type IAnswerState, type ITaskEvent, type IToolCallState } from './types';
+import {
+  draftedTokens,
+  type IAnswerState,
+  type ITaskEvent,
+  type IToolCallState
+} from '../protocol/types';
 import { element } from './dom';
 
 /** What the view's buttons ask the host to do. */

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from traitlets import Bool, Int
@@ -39,32 +38,9 @@ from ..templates import THINK_OPEN, ChatTemplate, ChatTemplateError, transcript
 from .llama.runtime import prepare_llama_cpp
 from .llama.tokenizer import LlamaTokenizer
 from .worker import ModelWorker
-from .worker_inputs import GenerationRequest, WorkerSettings
+from .worker_inputs import EngineSettings, GenerationRequest
 
 log = logging.getLogger(__name__)
-
-#: Sequences per model decoding together, by default. Each has a KV cache of the whole context
-#: (the bundled model at 8192 tokens, ``benchmarks/model_memory.py``: 1,155 MB resident with 4,
-#: 1,767 MB with 8; an 8B model takes about 1 GB a sequence), while 8 slots raise the aggregate
-#: rate of 8 streams by a fifth on 2 cores (``benchmarks/serving.py``), as llama-server's own
-#: default of 4 slots assumes too; a server with more memory raises
-#: ``LocalEngine.parallel_requests``.
-DEFAULT_PARALLEL = 4
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How models are loaded and run."""
-
-    context_size: int = 8192
-    threads: int = os.cpu_count() or 1
-    batch_size: int = 512
-    #: Sequences of one model decoding at once; more requests wait.
-    parallel: int = DEFAULT_PARALLEL
-    #: Whether sequences verify drafted tokens (predicted, or from their context) in one pass;
-    #: the text is the same either way.
-    speculation: bool = True
-
 
 #: The settings' defaults, which the traits of :class:`LocalEngine` offer.
 _DEFAULTS = EngineSettings()
@@ -219,13 +195,7 @@ class LocalEngine(LoggingConfigurable):
         with self._lock:
             worker = self._workers.get(entry.id)
             if worker is None:
-                settings = WorkerSettings(
-                    context_size=context_length(entry, self.settings),
-                    parallel=self.settings.parallel,
-                    threads=self.settings.threads,
-                    batch_size=self.settings.batch_size,
-                    speculation=self.settings.speculation,
-                )
+                settings = replace(self.settings, context_size=context_length(entry, self.settings))
                 worker = self._workers[entry.id] = ModelWorker(entry, settings)
             return worker
 

@@ -39,7 +39,7 @@ from .llama.sampler import TokenSampler
 from .passes import block_end, block_pass_size, decode_pass, pass_size, reusable
 from .speculation import MOST_DRAFTED, Draft, Drafter
 from .stops import HeldText
-from .worker_inputs import GenerationRequest, WorkerSettings
+from .worker_inputs import EngineSettings, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class _Sequence:
 class ModelWorker:
     """One model's thread, context and sequences. ``submit`` and ``close`` are thread-safe."""
 
-    def __init__(self, entry: ModelEntry, settings: WorkerSettings) -> None:
+    def __init__(self, entry: ModelEntry, settings: EngineSettings) -> None:
         self.entry = entry
         self.settings = settings
         self._inbox: queue.SimpleQueue[GenerationRequest | _Load | None] = queue.SimpleQueue()

@@ -1,4 +1,4 @@
-"""The configuration of one remote server: an entry of ``LmspApp.remote_servers``."""
+"""The configuration of one remote server: an entry of ``EngineRouter.remote_servers``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ StructuredOutput = Literal["auto", "json_schema", "json_object"]
 
 
 class RemoteServer(BaseModel):
-    """One entry of ``LmspApp.remote_servers``: an OpenAI-compatible server and its models."""
+    """One entry of ``EngineRouter.remote_servers``: an OpenAI-compatible server and its models."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,6 +1,6 @@
 """The service's durable store, by room: the records it keeps (:mod:`.records`), the interface
 of a database they are written through (:mod:`.interface`), its two backends (:mod:`.sqlite`,
-:mod:`.postgres`), and :func:`open_store`, the database ``LmspApp.store_url`` names."""
+:mod:`.postgres`), and :func:`open_store`, the database ``TaskStore.store_url`` names."""
 
 from __future__ import annotations
 

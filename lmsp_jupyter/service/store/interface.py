@@ -1,5 +1,5 @@
 """The store's interface: one database the record classes of :mod:`.records` write through
-(:func:`.open_store` opens one from ``LmspApp.store_url``).
+(:func:`.open_store` opens one from ``TaskStore.store_url``).
 
 Two implementations: one SQLite file (:class:`.sqlite.SqliteStore`, a user's servers) and a
 PostgreSQL database through a connection pool (:class:`.postgres.PostgresStore`, service

@@ -5,8 +5,8 @@
  */
 import { Signal, type ISignal } from '@lumino/signaling';
 
-import { listModels, listTasks } from './api';
-import type { ILmspModels, ILmspTask } from './render';
+import { listModels, listTasks } from '../protocol/api';
+import type { ILmspModels, ILmspTask } from '../protocol/types';
 
 const POLL_MS = 2000;
 const RECENT_TASKS = 20;

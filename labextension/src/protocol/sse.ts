@@ -2,10 +2,10 @@
  * Server-sent events (the WHATWG event-stream format) parsed from text chunks,
  * and LMSP task events read from them.
  */
-import type { ITaskEvent } from './render';
+import type { ITaskEvent } from './types';
 
-/** One dispatched SSE message. */
-export interface ISseMessage {
+/** One dispatched server-sent event (`ServerSentEvent` in the Python client). */
+export interface IServerSentEvent {
   id: string | null;
   event: string;
   data: string;
@@ -23,7 +23,7 @@ export class SseParser {
   private _pendingCr = false;
 
   /** Parse a chunk; returns the messages it completed. */
-  feed(chunk: string): ISseMessage[] {
+  feed(chunk: string): IServerSentEvent[] {
     let text = chunk;
     if (this._pendingCr && text.startsWith('\n')) {
       text = text.slice(1);
@@ -32,7 +32,7 @@ export class SseParser {
     this._buffer += text;
     const lines = this._buffer.split(/\r\n|\r|\n/);
     this._buffer = lines.pop() ?? '';
-    const messages: ISseMessage[] = [];
+    const messages: IServerSentEvent[] = [];
     for (const line of lines) {
       const message = this._line(line);
       if (message) {
@@ -42,7 +42,7 @@ export class SseParser {
     return messages;
   }
 
-  private _line(line: string): ISseMessage | null {
+  private _line(line: string): IServerSentEvent | null {
     if (line === '') {
       return this._dispatch();
     }
@@ -76,7 +76,7 @@ export class SseParser {
     return null;
   }
 
-  private _dispatch(): ISseMessage | null {
+  private _dispatch(): IServerSentEvent | null {
     const data = this._data;
     const event = this._event;
     this._data = [];
@@ -89,7 +89,7 @@ export class SseParser {
 }
 
 /** The LMSP event of an SSE message, or null when it has no integer id or JSON data. */
-export function toTaskEvent(message: ISseMessage): ITaskEvent | null {
+export function toTaskEvent(message: IServerSentEvent): ITaskEvent | null {
   const id = Number(message.id);
   if (message.id === null || !Number.isInteger(id)) {
     return null;

@@ -3,8 +3,8 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { formatRate, roundRate } from './render/rates';
-import type { ILmspModel, ILmspTask } from './render/types';
+import { formatRate, outputRate, roundRate } from '../render/rates';
+import type { ILmspModel, ILmspTask } from '../protocol/types';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {
@@ -53,9 +53,9 @@ export function taskRate(task: ILmspTask, trans: TranslationBundle): ITaskRate {
   if (tokens === undefined || task.started_at === null || task.completed_at === null) {
     return { text: '', title: '' };
   }
-  const seconds = task.completed_at - task.started_at;
+  const rate = outputRate(tokens, task.completed_at - task.started_at);
   return {
-    text: seconds > 0 ? formatRate(tokens / seconds) : `>${formatRate(tokens, 0)}`,
+    text: rate !== null ? formatRate(rate) : `>${formatRate(tokens, 0)}`,
     title: trans.__('Output tokens ÷ (completed_at − started_at), in whole seconds')
   };
 }

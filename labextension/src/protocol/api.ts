@@ -6,7 +6,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { ILmspModel, ILmspModels, ILmspTask } from './render';
+import type { ILmspModel, ILmspModels, ILmspTask } from './types';
 
 /** A failed request: the HTTP status and, when the service sent a problem, its code. */
 export class LmspRequestError extends Error {

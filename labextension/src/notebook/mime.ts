@@ -7,13 +7,14 @@ import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from './api';
-import { TaskFollower, type FollowEnd } from './follow';
+import { cancelTask, getTask, listTasks, sessionFetch, taskEventsUrl } from '../protocol/api';
+import { TaskFollower, type FollowEnd } from '../protocol/follow';
 import type { KernelMessenger } from './kernel';
 import { MIME_TYPE } from './mimetype';
-import { notebookHost } from './notebookhost';
-import { performNotebookCall } from './notebooktools';
-import { AnswerView, type IAnswerState, type IToolCallState } from './render';
+import { notebookHost } from './host';
+import { performNotebookCall } from './tools';
+import { AnswerView } from '../render';
+import type { IAnswerState, IToolCallState } from '../protocol/types';
 
 /** Ahead of the ipywidgets widget-view renderer (-10): in JupyterLab this view shows every ask. */
 export const RENDERER_RANK = -20;
@@ -195,7 +196,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
 
   /**
    * Send a decision to the kernel. Approving a notebook tool's call first performs it on
-   * this view's notebook (`notebooktools.ts`) and sends what it did as the call's output;
+   * this view's notebook (`tools.ts`) and sends what it did as the call's output;
    * a denial changes nothing.
    */
   private async _decide(callId: string, decision: 'approve' | 'deny'): Promise<void> {

@@ -14,7 +14,7 @@ import {
   type ILmspTask,
   type IOutputFunctionCall,
   type IResponse
-} from './render/types';
+} from '../protocol/types';
 
 /** What the plan needs to know of one output of a cell. */
 export interface IOutputSummary {

@@ -8,8 +8,8 @@ import { ITranslator, type TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
-import { extensionBundle } from './translation';
-import '../style/panel.css';
+import { extensionBundle } from '../translation';
+import '../../style/panel.css';
 
 /** What the item shows. */
 export interface ILmspStatus {

@@ -11,7 +11,7 @@ import { INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
 import type { IOutputModel } from '@jupyterlab/rendermime';
 import type { PartialJSONObject } from '@lumino/coreutils';
 
-import { listTasks } from './api';
+import { listTasks } from '../protocol/api';
 import { MIME_TYPE } from './mimetype';
 import { DismissedAsks, planRestorations, type ICellSummary } from './restore';
 

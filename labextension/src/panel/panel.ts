@@ -9,13 +9,13 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { cancelTask, changeModel } from './api';
+import { cancelTask, changeModel } from '../protocol/api';
 import { formatBytes, modelDetails, taskRate } from './models';
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
-import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from './render/types';
-import { element } from './render/dom';
-import { extensionBundle } from './translation';
-import '../style/panel.css';
+import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from '../protocol/types';
+import { element } from '../render/dom';
+import { extensionBundle } from '../translation';
+import '../../style/panel.css';
 
 const SHOW_LOADING_MS = 250;
 

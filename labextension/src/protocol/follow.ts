@@ -2,7 +2,7 @@
  * Following a task's events from the browser (LMSP 6.4): replay then live, resumed
  * with `?after=` the last id received after a dropped connection.
  */
-import { FINAL_EVENTS, type IProblem, type ITaskEvent } from './render';
+import { FINAL_EVENTS, type IProblem, type ITaskEvent } from './types';
 import { SseParser, toTaskEvent } from './sse';
 
 /** Why following ended. */

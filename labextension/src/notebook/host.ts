@@ -1,11 +1,11 @@
 /**
  * The notebook an answer's view is shown in, as the notebook tools need it
- * (`notebooktools.ts`): its shared model, the asking cell's index, and a way to run a cell.
+ * (`tools.ts`): its shared model, the asking cell's index, and a way to run a cell.
  */
 import { CodeCell } from '@jupyterlab/cells';
 import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import type { INotebookHost, IRunResult } from './notebooktools';
+import type { INotebookHost, IRunResult } from './tools';
 
 /** The notebook whose cell holds `node` (an output's renderer), or null if none does. */
 export function notebookHost(
