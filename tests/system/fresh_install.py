@@ -103,10 +103,10 @@ def start_jupyter(
         f"--ServerApp.root_dir={tmp / 'root'}",
         *(["--allow-root"] if os.geteuid() == 0 else []),
     ]
-    log = (tmp / "server.log").open("wb")
-    process = subprocess.Popen(
-        arguments, cwd=tmp, env=install.env(tmp), stdout=log, stderr=subprocess.STDOUT
-    )
+    with (tmp / "server.log").open("wb") as log:  # the server writes to its own copy
+        process = subprocess.Popen(
+            arguments, cwd=tmp, env=install.env(tmp), stdout=log, stderr=subprocess.STDOUT
+        )
     server = LiveServer(f"http://127.0.0.1:{port}/", token, process, str(tmp / "root"))
 
     def answers() -> bool:
