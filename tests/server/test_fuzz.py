@@ -60,6 +60,10 @@ ANTHROPIC_EXAMPLES = 300
 #: What the batches' requests add up to, at least.
 MIN_REQUESTS = BATCHES * 1600
 
+#: The batches run in the first test's setup: more than pytest's default ten minutes on a busy
+#: machine.
+pytestmark = pytest.mark.timeout(1800)
+
 
 @pytest.fixture(scope="module")
 def scripted_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
