@@ -65,11 +65,10 @@ def shared(
     store: str, tmp_path: Path, name: str, *, lease: dict[str, float] = LEASE, slots: int = 1
 ) -> Iterator[LiveServer]:
     """A server named ``name`` (its data directory) on the store ``store``; ``slots`` model
-    slots, generating on one thread: the servers of a test run side by side on a machine of two
-    cores, and llama.cpp's threads wait for each other by spinning."""
+    slots."""
     config = {
         "LmspApp": {"store_url": store, **lease},
-        "LocalEngine": {"parallel_requests": slots, "threads": 1},
+        "LocalEngine": {"parallel_requests": slots},
     }
     server = start_server(tmp_path / name, config=config)
     try:
