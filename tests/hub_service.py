@@ -103,10 +103,15 @@ class Hub:
 
 
 def hub_config(
-    tmp: Path, users: Sequence[str], admins: Sequence[str], service_args: Sequence[str]
+    tmp: Path,
+    users: Sequence[str],
+    admins: Sequence[str],
+    service_args: Sequence[str],
+    singleuser_args: Sequence[str] = (),
 ) -> tuple[str, str, str, str, list[str]]:
     """Write ``jupyterhub_config.py`` for ``tmp``: its public URL, the service's URL, the
-    admin service's token, the proxy's token and the proxy's command."""
+    admin service's token, the proxy's token and the proxy's command. ``singleuser_args`` are
+    added to users' servers' command."""
     port, service_port, hub_port, api_port = (free_port() for _ in range(4))
     admin_token, proxy_token = secrets.token_hex(16), secrets.token_hex(16)
     service_url = f"http://127.0.0.1:{service_port}"
@@ -155,7 +160,7 @@ c.JupyterHub.services = [
     }},
 ]
 """
-    config += spawner_config(tmp, f"http://127.0.0.1:{port}")
+    config += spawner_config(tmp, f"http://127.0.0.1:{port}", singleuser_args)
     (tmp / "jupyterhub_config.py").write_text(config)
     proxy = [
         str(install_proxy()),
@@ -169,7 +174,7 @@ c.JupyterHub.services = [
     return f"http://127.0.0.1:{port}", service_url, admin_token, proxy_token, proxy
 
 
-def spawner_config(tmp: Path, url: str) -> str:
+def spawner_config(tmp: Path, url: str, singleuser_args: Sequence[str] = ()) -> str:
     """The spawner part of the config: users' servers as processes of this system user, each
     with a home under ``tmp``, finding the LMSP service as docs/jupyterhub.md sets it up."""
     singleuser = [
@@ -177,6 +182,7 @@ def spawner_config(tmp: Path, url: str) -> str:
         *(["--allow-root"] if os.geteuid() == 0 else []),
         "--LmspApp.ollama_dir=",
         "--LmspApp.huggingface_cache_dir=",
+        *singleuser_args,
     ]
     scopes = [
         "access:servers!server",
@@ -201,11 +207,14 @@ def running_hub(
     users: Sequence[str],
     admins: Sequence[str] = (),
     service_args: Sequence[str] = (),
+    singleuser_args: Sequence[str] = (),
 ) -> Iterator[Hub]:
     """JupyterHub with the LMSP service, until the block ends (then stopped, with its
-    service and proxy)."""
+    service and proxy); ``singleuser_args`` are added to users' servers' command."""
     tmp.mkdir(parents=True, exist_ok=True)
-    url, service_url, admin_token, proxy_token, proxy = hub_config(tmp, users, admins, service_args)
+    url, service_url, admin_token, proxy_token, proxy = hub_config(
+        tmp, users, admins, service_args, singleuser_args
+    )
     log = tmp / "hub.log"
     env = {**node_env(), "JUPYTER_DATA_DIR": str(tmp / "data")}
     with log.open("wb") as out:

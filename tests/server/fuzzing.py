@@ -12,9 +12,11 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.cookiejar import DefaultCookiePolicy
 from typing import Any
 
 import httpx
+import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis import strategies as st
@@ -28,7 +30,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from lmsp_jupyter.protocol.events import EVENT_NAMES, FINAL_EVENTS
-from tests.conftest import MODEL, LiveServer
+from lmsp_jupyter.protocol.items import MAX_ITEMS
+from tests.conftest import MODEL
 from tests.helpers import eventually
 from tests.spec import SPEC_STATUSES
 
@@ -56,6 +59,19 @@ class FuzzRun:
     model_calls: int = 0
     failures: defaultdict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     seconds: float = 0.0
+
+    def add(self, other: FuzzRun) -> None:
+        """Count ``other``'s requests and failures in this run's (its time is not added)."""
+        self.requests += other.requests
+        self.by_status += other.by_status
+        self.by_operation += other.by_operation
+        for label, statuses in other.statuses_by_operation.items():
+            self.statuses_by_operation[label] += statuses
+        for label, seconds in other.seconds_by_operation.items():
+            self.seconds_by_operation[label] = self.seconds_by_operation.get(label, 0.0) + seconds
+        self.model_calls += other.model_calls
+        for check, failures in other.failures.items():
+            self.failures[check] += failures
 
     def summary(self) -> str:
         statuses = ", ".join(f"{s}: {n}" for s, n in sorted(self.by_status.items()))
@@ -201,6 +217,17 @@ CHECKS = {
 }
 
 
+#: Request fields that ask for structured output or tools (what constrained decoding enforces).
+CONSTRAINING = ("response_format", "text", "tools", "tool_choice")
+
+
+def _constrained(case: Case) -> bool:
+    body = case.body
+    if case.operation.path == "/tasks" and isinstance(body, dict):
+        body = body.get("request")
+    return isinstance(body, dict) and any(name in body for name in CONSTRAINING)
+
+
 def _stored(body: Any) -> bool:
     return isinstance(body, dict) and body.get("store") is True
 
@@ -210,26 +237,44 @@ class Fuzzer:
 
     def __init__(
         self,
-        live_server: LiveServer,
-        document: dict[str, Any],
+        base_url: str,
+        token: str,
         model_calls: int = MODEL_CALLS_PER_OPERATION,
+        *,
+        decodes_constraints: bool = True,
     ) -> None:
-        """``model_calls``: how many cases of each operation and mode may name the model."""
-        self.base_url = live_server.lmsp
+        """``base_url``: the server's LMSP root, reached with ``token``; ``model_calls``: how
+        many cases of each operation and mode may name the model. ``decodes_constraints``
+        false: the server's model ignores schemas and forced tool calls (the scripted engine,
+        whose answer then fails as a breach of its contract, ``500 generation_failed``), so a
+        case that asks for structured output or tools never names it."""
+        self.base_url = base_url
         self.model_calls_per_operation = model_calls
-        self.auth = {"Authorization": f"Bearer {live_server.token}"}
+        self.decodes_constraints = decodes_constraints
+        self.auth = {"Authorization": f"Bearer {token}"}
         self.own_checks: dict[str, Callable[[schemathesis.Response, Any], None]] = {
             "problem_document": problem_document,
             "sse_stream": sse_stream,
         }
         self.run = FuzzRun()
+        #: One connection pool for every case (a new connection per request costs more than
+        #: most of the server's answers), keeping no cookie: a cookie Jupyter set would
+        #: authenticate the cases sent without credentials.
+        self.session = requests.Session()
+        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
         self.model_calls: Counter[str] = Counter()
         #: IDs the server handed out, put into some later cases so that they reach real objects.
         self.known: dict[str, list[str]] = {"model_id": [MODEL], "task_id": [], "response_id": []}
 
+    def close(self) -> None:
+        """Close the connections."""
+        self.session.close()
+
     def prepare(self, case: Case, dice: int, label: str) -> None:
         """Keep model calls cheap; sometimes use the bundled model or a known ID."""
         use_model = dice == 0 and self.model_calls[label] < self.model_calls_per_operation
+        if not self.decodes_constraints and _constrained(case):
+            use_model = False
         if case.method == "POST" and case.operation.path == "/responses":
             self.model_calls[label] += cheapen(case.body, use_model)
         elif case.method == "POST" and case.operation.path == "/chat/completions":
@@ -254,18 +299,23 @@ class Fuzzer:
 
     def send(self, case: Case, dice: int, label: str) -> None:
         self.prepare(case, dice, label)
-        response = case.call(base_url=self.base_url, headers=self.auth, timeout=120)
+        response = case.call(
+            base_url=self.base_url, session=self.session, headers=self.auth, timeout=120
+        )
         run = self.run
         run.requests += 1
         run.by_status[response.status_code] += 1
         run.by_operation[label] += 1
         run.statuses_by_operation[label][response.status_code] += 1
         self.remember(case, response)
-        for name, check in CHECKS.items():
-            try:
-                case.validate_response(response, checks=[check], headers=self.auth)
-            except (Exception, BaseExceptionGroup) as failure:  # schemathesis' FailureGroup
-                run.failures[name].append(f"{case.as_curl_command()}\n{failure}"[:4000])
+        try:  # all checks at once; when one fails, each again to name the ones that did
+            case.validate_response(response, checks=list(CHECKS.values()), headers=self.auth)
+        except (Exception, BaseExceptionGroup):  # schemathesis' FailureGroup
+            for name, check in CHECKS.items():
+                try:
+                    case.validate_response(response, checks=[check], headers=self.auth)
+                except (Exception, BaseExceptionGroup) as failure:
+                    run.failures[name].append(f"{case.as_curl_command()}\n{failure}"[:4000])
         for name, own in self.own_checks.items():
             try:
                 own(response, case)
@@ -301,3 +351,130 @@ class Fuzzer:
         self.run.seconds_by_operation[label] = (
             self.run.seconds_by_operation.get(label, 0.0) + time.monotonic() - began
         )
+
+
+# --- Anthropic's Messages API, by hand ---------------------------------------------------------
+
+#: A valid Anthropic request the fuzz spoils: one token, so an answer costs the model little.
+ANTHROPIC_VALID: dict[str, Any] = {
+    "model": MODEL,
+    "max_tokens": 1,
+    "messages": [{"role": "user", "content": "Hi"}],
+}
+ANTHROPIC_FIELDS = [
+    "model",
+    "max_tokens",
+    "messages",
+    "system",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "metadata",
+    "service_tier",
+]
+#: Values of the wrong type or out of range for every field (no positive integer under a
+#: billion: a valid ``max_tokens`` could then ask the model for long answers).
+BAD: st.SearchStrategy[Any] = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(max_value=0),
+    st.integers(min_value=10**9, max_value=2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.just("x" * 300_000),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=6), st.integers(), max_size=3),
+)
+BLOCK_TYPES = [
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "server_tool_use",
+    "video",
+    "",
+]
+BLOCK_FIELDS = [
+    "type",
+    "text",
+    "id",
+    "name",
+    "input",
+    "tool_use_id",
+    "content",
+    "is_error",
+    "source",
+]
+anthropic_block: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
+    {"type": st.sampled_from(BLOCK_TYPES)},
+    optional={name: st.one_of(BAD, st.just({})) for name in BLOCK_FIELDS[1:]},
+)
+anthropic_message = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system", "tool", "", 3]),
+        "content": st.one_of(BAD, st.lists(anthropic_block, max_size=3)),
+    }
+)
+
+
+@st.composite
+def spoiled_anthropic(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid Messages API body with one thing wrong (or, sometimes, still right)."""
+    body: dict[str, Any] = json.loads(json.dumps(ANTHROPIC_VALID))
+    how = draw(st.sampled_from(["field", "missing", "messages", "blocks", "tools", "huge"]))
+    if how == "field":
+        body[draw(st.sampled_from(ANTHROPIC_FIELDS))] = draw(BAD)
+    elif how == "missing":
+        del body[draw(st.sampled_from(["model", "max_tokens", "messages"]))]
+    elif how == "messages":
+        body["messages"] = draw(st.lists(anthropic_message, max_size=3))
+    elif how == "blocks":
+        body["messages"][0]["content"] = draw(st.lists(anthropic_block, min_size=1, max_size=4))
+    elif how == "tools":
+        body["tools"] = draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"name": st.one_of(st.just("get_weather"), BAD)},
+                    optional={"input_schema": st.one_of(BAD, st.just({"maxLength": 10**6}))},
+                ),
+                max_size=2,
+            )
+        )
+        body["tool_choice"] = draw(
+            st.one_of(BAD, st.sampled_from([{"type": "any"}, {"type": "tool", "name": "nope"}]))
+        )
+    else:
+        body["messages"] = [{"role": "user", "content": "x"}] * (MAX_ITEMS + 1)
+    return body
+
+
+#: The paths of Anthropic's API the spoiled bodies go to.
+ANTHROPIC_PATHS = st.sampled_from(["/messages", "/messages/count_tokens"])
+
+
+def anthropic_shape(response: httpx.Response) -> str | None:
+    """What is wrong with a reply of Anthropic's API (``None``: nothing): an answer, or a 4xx
+    in Anthropic's error shape without a traceback."""
+    if response.status_code == 200:
+        return None
+    try:
+        error = response.json()
+        if (
+            400 <= response.status_code < 500
+            and set(error) == {"type", "error"}
+            and error["type"] == "error"
+            and isinstance(error["error"]["message"], str)
+            and "Traceback" not in response.text
+        ):
+            return None
+    except (ValueError, TypeError, KeyError):
+        pass
+    return f"→ {response.status_code} {response.text[:300]}"

@@ -1,24 +1,31 @@
 """Every dialect fuzzed in CI-sized batches against a live server whose models are the scripted
-engine (each answer is two deltas, so ten thousand requests stay cheap).
+engine (each answer is two deltas, so ten thousand requests stay cheap), two batches at a time,
+each in a worker process of its own, on one server.
 
 Each batch sends schemathesis' cases of every operation of the served OpenAPI document (LMSP,
 OpenAI's Responses fields, Chat Completions, Completions, embeddings, usage; positive and
-negative, a new seed each batch) and hand-made Hypothesis cases of Ollama's API (its shapes
-with good and junk values in every field, bodies that are not JSON, wrong methods and paths).
-Every reply: never a 5xx; an LMSP error a problem document with a code of the spec's table and
-everything else as the document says (tests/server/fuzzing.py); an Ollama error its
-``{"error": "..."}`` and a stream one JSON object a line. After each batch the server answers a
-normal request of each dialect.
+negative, a new seed each batch), hand-made Hypothesis cases of Ollama's API (its shapes
+with good and junk values in every field, bodies that are not JSON, wrong methods and paths)
+and of Anthropic's Messages API (spoiled bodies, tests/server/fuzzing.py). Every reply: never
+a 5xx; an LMSP error a problem document with a code of the spec's table and everything else as
+the document says (tests/server/fuzzing.py); an Ollama error its ``{"error": "..."}`` and a
+stream one JSON object a line; an Anthropic error its ``{"type": "error", "error": {...}}``.
+After each batch the server answers a normal request of each dialect. The bundled model gets
+its own slice of the same checks: tests/server/test_openapi.py, tests/server/test_anthropic_fuzz.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,16 +38,31 @@ from schemathesis.core.result import Ok
 
 from tests.conftest import MODEL, LiveServer, running_server
 from tests.helpers import ROOT
-from tests.server.fuzzing import CHECKS, Fuzzer, FuzzRun, cancel_leftover_tasks
+from tests.server.fuzzing import (
+    ANTHROPIC_PATHS,
+    ANTHROPIC_VALID,
+    CHECKS,
+    Fuzzer,
+    FuzzRun,
+    anthropic_shape,
+    cancel_leftover_tasks,
+    spoiled_anthropic,
+)
 
-#: Batches run (CI: 2; ``LMSP_FUZZ_BATCHES=8``, the long form, docs/reliability.md), each with
-#: a seed of its own: cases per operation and generation mode in each (the OpenAPI document
-#: has 18 operations: 36 labels), and Ollama cases per batch.
-BATCHES = int(os.environ.get("LMSP_FUZZ_BATCHES", "2"))
+#: Batches run (``LMSP_FUZZ_BATCHES`` for more), each with a seed of its own, ``WORKERS`` at a
+#: time: cases per operation and generation mode in each (the OpenAPI document has 18
+#: operations: 36 labels, 900 cases), and Ollama and Anthropic cases per batch: 1,600 requests.
+BATCHES = int(os.environ.get("LMSP_FUZZ_BATCHES", "6"))
+WORKERS = 2
 EXAMPLES = 25
 OLLAMA_EXAMPLES = 400
-#: What the batches' requests add up to, at least (8 batches: 10,000).
-MIN_REQUESTS = BATCHES * 1250
+ANTHROPIC_EXAMPLES = 300
+#: What the batches' requests add up to, at least.
+MIN_REQUESTS = BATCHES * 1600
+
+#: The batches run in the first test's setup: more than pytest's default ten minutes on a busy
+#: machine.
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +205,8 @@ def ollama_requests(draw: st.DrawFn) -> tuple[str, str, bytes]:
 
 
 @dataclass
-class OllamaRun:
-    """What the Ollama cases sent, and where a reply broke Ollama's shapes."""
+class HandRun:
+    """What the hand-made cases of one dialect sent, and where a reply broke its shapes."""
 
     requests: int = 0
     by_status: Counter[int] = field(default_factory=Counter)
@@ -211,7 +233,7 @@ def ollama_shape(reply: httpx.Response) -> None:
         assert isinstance(reply.json(), dict), reply.text[:200]
 
 
-def fuzz_ollama(client: httpx.Client, run: OllamaRun, batch: int) -> None:
+def fuzz_ollama(client: httpx.Client, run: HandRun, batch: int) -> None:
     """One batch of Ollama cases."""
 
     @seed(batch)
@@ -238,87 +260,191 @@ def fuzz_ollama(client: httpx.Client, run: OllamaRun, batch: int) -> None:
     send()
 
 
+# --- Anthropic's API, by hand (tests/server/fuzzing.py) ----------------------------------------
+
+
+def fuzz_anthropic(client: httpx.Client, run: HandRun, batch: int) -> None:
+    """One batch of Anthropic cases: spoiled Messages API bodies."""
+
+    @seed(batch)
+    @settings(
+        max_examples=ANTHROPIC_EXAMPLES,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+    )
+    @given(body=spoiled_anthropic(), path=ANTHROPIC_PATHS)
+    def send(body: dict[str, Any], path: str) -> None:
+        reply = client.post(path, json=body)
+        run.requests += 1
+        run.by_status[reply.status_code] += 1
+        if wrong := anthropic_shape(reply):
+            run.failures.append(f"{path} {json.dumps(body)[:300]} {wrong}")
+
+    send()
+
+
 # --- the batches --------------------------------------------------------------------------------
 
 
 @dataclass
 class Batches:
-    """The whole run: schemathesis', Ollama's, and the normal requests after each batch."""
+    """The whole run: schemathesis', Ollama's, Anthropic's, and the normal requests after each
+    batch."""
 
     openapi: FuzzRun
-    ollama: OllamaRun
+    ollama: HandRun
+    anthropic: HandRun
     #: After each batch: the status of a normal request of each dialect.
     after: list[dict[str, int]]
 
     @property
     def requests(self) -> int:
-        return self.openapi.requests + self.ollama.requests
+        return self.openapi.requests + self.ollama.requests + self.anthropic.requests
+
+    def add(self, other: Batches) -> None:
+        """Count ``other``'s requests, failures and normal requests in this run's."""
+        self.openapi.add(other.openapi)
+        for mine, theirs in ((self.ollama, other.ollama), (self.anthropic, other.anthropic)):
+            mine.requests += theirs.requests
+            mine.by_status += theirs.by_status
+            mine.failures += theirs.failures
+        self.after += other.after
 
 
-def normal_requests(lmsp: httpx.Client, ollama: httpx.Client) -> dict[str, int]:
+@dataclass
+class Clients:
+    """The scripted server's clients: LMSP (and OpenAI's), Ollama's, Anthropic's."""
+
+    lmsp: httpx.Client
+    ollama: httpx.Client
+    anthropic: httpx.Client
+
+
+def normal_requests(clients: Clients) -> dict[str, int]:
     """A normal request of each dialect, and the status of its answer."""
     ask = {"model": MODEL, "input": "Hi", "max_output_tokens": 4}
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     completion = {"model": MODEL, "prompt": "Hi", "max_tokens": 4}
     ollama_chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": False}
+    lmsp = clients.lmsp
     return {
         "responses": lmsp.post("/responses", json=ask).status_code,
         "chat": lmsp.post("/chat/completions", json=chat).status_code,
         "completions": lmsp.post("/completions", json=completion).status_code,
         "tasks": lmsp.post("/tasks", json={"type": "response", "request": ask}).status_code,
-        "ollama": ollama.post("/api/chat", json=ollama_chat).status_code,
+        "ollama": clients.ollama.post("/api/chat", json=ollama_chat).status_code,
+        "anthropic": clients.anthropic.post("/messages", json=ANTHROPIC_VALID).status_code,
     }
+
+
+@contextlib.contextmanager
+def clients_of(root: str, token: str) -> Iterator[Clients]:
+    """Clients of every dialect of the server at ``root``, each keeping its connections."""
+    bearer = {"Authorization": f"Bearer {token}"}
+    anthropic = {"x-api-key": token, "anthropic-version": "2023-06-01"}
+    with (
+        httpx.Client(base_url=f"{root}lmsp/v1", headers=bearer, timeout=120) as lmsp,
+        httpx.Client(base_url=f"{root}lmsp/ollama", headers=bearer, timeout=120) as ollama,
+        httpx.Client(base_url=f"{root}lmsp/anthropic/v1", headers=anthropic, timeout=120) as claude,
+    ):
+        yield Clients(lmsp, ollama, claude)
+
+
+def run_batch(root: str, token: str, document: dict[str, Any], batch: int) -> Batches:
+    """One batch against the server at ``root`` (in a worker process of its own): every
+    operation of ``document`` in both modes, the Ollama and the Anthropic cases, then a normal
+    request of each dialect."""
+    operations = []
+    for result in schemathesis.openapi.from_dict(document).get_all_operations():
+        assert isinstance(result, Ok), result
+        operations.append(result.ok())
+    ollama, anthropic = HandRun(), HandRun()
+    began = time.monotonic()
+    with (
+        contextlib.closing(
+            Fuzzer(f"{root}lmsp/v1", token, model_calls=EXAMPLES, decodes_constraints=False)
+        ) as fuzzer,
+        clients_of(root, token) as clients,
+    ):
+        for operation in operations:
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                fuzzer.operation(operation, mode, EXAMPLES, batch)
+        fuzz_ollama(clients.ollama, ollama, batch)
+        fuzz_anthropic(clients.anthropic, anthropic, batch)
+        after = normal_requests(clients)
+    fuzzer.run.model_calls = sum(fuzzer.model_calls.values())
+    fuzzer.run.seconds = time.monotonic() - began
+    return Batches(fuzzer.run, ollama, anthropic, [after])
 
 
 @pytest.fixture(scope="module")
 def batches(scripted_server: LiveServer) -> Batches:
+    """``BATCHES`` batches, ``WORKERS`` at a time, each in a worker process of its own (the
+    cases' generation and checks take more than the server's answers)."""
     with scripted_server.client() as client:
         served: dict[str, Any] = client.get("/openapi.json").raise_for_status().json()
-    operations = []
-    for result in schemathesis.openapi.from_dict(served).get_all_operations():
-        assert isinstance(result, Ok), result
-        operations.append(result.ok())
-    fuzzer = Fuzzer(scripted_server, served, model_calls=BATCHES * EXAMPLES)  # scripted: cheap
-    started = time.monotonic()
-    ollama = OllamaRun()
-    after = []
-    root = scripted_server.lmsp.removesuffix("v1") + "ollama"
-    headers = {"Authorization": f"Bearer {scripted_server.token}"}
-    with (
-        scripted_server.client() as lmsp,
-        httpx.Client(base_url=root, headers=headers, timeout=120) as ollama_client,
-    ):
-        for batch in range(1, BATCHES + 1):
-            for operation in operations:
-                for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                    fuzzer.operation(operation, mode, EXAMPLES, batch)
-            fuzz_ollama(ollama_client, ollama, batch)
-            after.append(normal_requests(lmsp, ollama_client))
-        cancel_leftover_tasks(lmsp)
-    fuzzer.run.seconds = time.monotonic() - started
-    fuzzer.run.model_calls = sum(fuzzer.model_calls.values())
-    run = Batches(fuzzer.run, ollama, after)
-    statuses = dict(sorted(ollama.by_status.items()))
-    print(f"\n{run.openapi.summary()}\nOllama: {ollama.requests} requests, {statuses}")
+    started, cpu = time.monotonic(), cpu_seconds(scripted_server)
+    run = Batches(FuzzRun(), HandRun(), HandRun(), [])
+    spawn = multiprocessing.get_context("spawn")  # a fork would copy this process's threads
+    with ProcessPoolExecutor(WORKERS, mp_context=spawn) as pool:
+        root, token = scripted_server.root, scripted_server.token
+        done = [
+            pool.submit(run_batch, root, token, served, batch) for batch in range(1, BATCHES + 1)
+        ]
+        for batch in done:
+            run.add(batch.result())
+    with scripted_server.client() as client:
+        cancel_leftover_tasks(client)
+    run.openapi.seconds = time.monotonic() - started
+    server_cpu = cpu_seconds(scripted_server) - cpu
+    print(
+        f"\n{BATCHES} batches, {WORKERS} at a time: {run.requests} requests in "
+        f"{run.openapi.seconds:.0f} s (the server's CPU: {server_cpu:.0f} s)\n"
+        f"{run.openapi.summary()}\n"
+        f"Ollama: {run.ollama.requests} requests, {dict(sorted(run.ollama.by_status.items()))}\n"
+        f"Anthropic: {run.anthropic.requests} requests, "
+        f"{dict(sorted(run.anthropic.by_status.items()))}"
+    )
     return run
+
+
+def cpu_seconds(server: LiveServer) -> float:
+    """The CPU time the server's process has used so far."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_every_dialect_gets_its_batches_and_never_a_5xx(batches: Batches) -> None:
     assert batches.requests >= MIN_REQUESTS, batches.requests
-    statuses = batches.openapi.by_status + batches.ollama.by_status
+    statuses = batches.openapi.by_status + batches.ollama.by_status + batches.anthropic.by_status
     assert not [status for status in statuses if status >= 500], statuses
     assert {200, 400, 404} <= set(batches.ollama.by_status)
+    assert {200, 400} <= set(batches.anthropic.by_status)
     assert batches.openapi.model_calls > 0 and {200, 202} <= set(batches.openapi.by_status)
 
 
 def test_the_service_answers_a_normal_request_after_each_batch(batches: Batches) -> None:
-    normal = {"responses": 200, "chat": 200, "completions": 200, "tasks": 202, "ollama": 200}
+    normal = {
+        "responses": 200,
+        "chat": 200,
+        "completions": 200,
+        "tasks": 202,
+        "ollama": 200,
+        "anthropic": 200,
+    }
     assert batches.after == [normal] * BATCHES
 
 
-def test_ollama_replies_keep_ollamas_shapes(batches: Batches) -> None:
-    failures = batches.ollama.failures
-    assert not failures, f"{len(failures)} failures; the first:\n{failures[0]}"
+@pytest.mark.parametrize("dialect", ["ollama", "anthropic"])
+def test_hand_made_cases_get_replies_in_their_dialects_shapes(
+    batches: Batches, dialect: str
+) -> None:
+    run: HandRun = getattr(batches, dialect)
+    assert run.requests > 0
+    assert not run.failures, f"{len(run.failures)} failures; the first:\n{run.failures[0]}"
 
 
 @pytest.mark.parametrize("check", [*CHECKS, "problem_document", "sse_stream"])

@@ -9,6 +9,7 @@ scripted engine, in batches, with Ollama's API too: tests/server/test_fuzz.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -312,12 +313,12 @@ def fuzz_run(live_server: LiveServer) -> FuzzRun:
         served: dict[str, Any] = client.get("/openapi.json").raise_for_status().json()
     # From the dict, not the URL: schemathesis leaves out the operation that served the schema.
     schema = schemathesis.openapi.from_dict(served)
-    fuzzer = Fuzzer(live_server, served)
     started = time.monotonic()
-    for result in schema.get_all_operations():
-        assert isinstance(result, Ok), result  # the served document has no invalid operation
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            fuzzer.operation(result.ok(), mode, MAX_EXAMPLES)
+    with contextlib.closing(Fuzzer(live_server.lmsp, live_server.token)) as fuzzer:
+        for result in schema.get_all_operations():
+            assert isinstance(result, Ok), result  # the served document has no invalid operation
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                fuzzer.operation(result.ok(), mode, MAX_EXAMPLES)
     run = fuzzer.run
     run.seconds = time.monotonic() - started
     run.model_calls = sum(fuzzer.model_calls.values())

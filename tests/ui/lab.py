@@ -63,18 +63,24 @@ def start_lab(
     app: Literal["lab", "notebook"] = "lab",
 ) -> LiveServer:
     """``jupyter lab`` (or ``jupyter notebook``, Notebook 7, which loads the same lab
-    extensions) on a loopback port with a clean workspace and settings.
+    extensions) on a loopback port with a clean workspace and settings (:func:`lab_arguments`).
 
     ``config`` is the server's ``jupyter_server_config.json`` (e.g. ``{"LmspApp": {...}}``).
-    The lab extension is the one built in the package under test (``lmsp_jupyter/labextension``
-    beside these tests), found ahead of any copy an install put in the environment.
     """
     if not lab_extension:
         labconfig = tmp / "config" / "labconfig"
         labconfig.mkdir(parents=True, exist_ok=True)
         page_config = {"disabledExtensions": {"lmsp-jupyter": True}}
         (labconfig / "page_config.json").write_text(json.dumps(page_config))
-    # No news toast over the notebook: it would cover what the tests look at.
+    return start_server(tmp, *lab_arguments(tmp, app), app=app, base_url="/", config=config)
+
+
+def lab_arguments(tmp: Path, app: Literal["lab", "notebook"] = "lab") -> list[str]:
+    """The command-line settings of a JupyterLab (or Notebook 7) server for the UI tests, its
+    workspace and settings under ``tmp``: no news toast over the notebook (it would cover what
+    the tests look at), and the lab extension built in the package under test
+    (``lmsp_jupyter/labextension`` beside these tests), found ahead of any copy an install put
+    in the environment."""
     notification = tmp / "settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True, exist_ok=True)
     (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
@@ -84,8 +90,7 @@ def start_lab(
     assert (built / "package.json").exists(), f"the lab extension is not built: {built}"
     (labextensions / "lmsp-jupyter").symlink_to(built, target_is_directory=True)
     settings = "LabApp" if app == "lab" else "JupyterNotebookApp"
-    return start_server(
-        tmp,
+    return [
         f"--{settings}.extra_labextensions_path={labextensions}",
         f"--{settings}.workspaces_dir={tmp / 'workspaces'}",
         f"--{settings}.user_settings_dir={tmp / 'settings'}",
@@ -94,10 +99,7 @@ def start_lab(
             if app == "lab"
             else []
         ),
-        app=app,
-        base_url="/",
-        config=config,
-    )
+    ]
 
 
 def write_notebook(lab: LiveServer, name: str, *cells: str) -> str:
