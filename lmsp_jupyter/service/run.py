@@ -17,6 +17,7 @@ from ..protocol.prediction import Speculation
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest
 from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
 from .decoding import DecodingPlan
+from .mcp.offer import McpOffer
 from .queue import Ticket
 
 #: The owner of requests made with the Jupyter server's own credentials.
@@ -47,6 +48,8 @@ class ResponseRun:
     ticket: Ticket | None = None
     #: Whether it goes before the others waiting for its model (:meth:`.ModelQueue.join`).
     priority: bool = False
+    #: Its MCP tools (11.6), if it has any.
+    mcp: McpOffer | None = None
 
     def response(self) -> Response:
         """The response object as it stands, with the settings of its request (11.4)."""
