@@ -449,13 +449,13 @@ def check_tool_choice(request: ResponseRequest) -> None:
         raise LmspError(
             "invalid_request", 'tool_choice "required" needs at least one tool', param="tool_choice"
         )
-    if isinstance(choice, McpToolChoice):
-        if choice.server_label not in {tool.server_label for tool in request.mcp_tools()}:
-            raise LmspError(
-                "invalid_request",
-                f"tool_choice names the MCP server {choice.server_label!r}, which is not in tools",
-                param="tool_choice.server_label",
-            )
+    labels = {tool.server_label for tool in request.mcp_tools()}
+    if isinstance(choice, McpToolChoice) and choice.server_label not in labels:
+        raise LmspError(
+            "invalid_request",
+            f"tool_choice names the MCP server {choice.server_label!r}, which is not in tools",
+            param="tool_choice.server_label",
+        )
     if isinstance(choice, NamedToolChoice) and choice.name not in names:
         raise LmspError(
             "invalid_request",

@@ -47,11 +47,11 @@ from ..protocol.environment import (
     URL_VARIABLE,
 )
 from ..service.anthropic import AnthropicModels
-from ..service.mcp import McpServers
 from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
 from ..service.limits import OwnerLimits
+from ..service.mcp import McpServers
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store import open_store

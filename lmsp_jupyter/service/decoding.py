@@ -97,9 +97,9 @@ def breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
         calls = [item for item in output.items if isinstance(item, _CALLS)]
         for item in calls:
             tool = tools.get(item.name)
-            if isinstance(item, OutputFunctionCall) and tool is None:
-                problems.append(f"the call of {item.name!r} does not validate")
-            elif tool is not None and not _valid_json(item.arguments, tool.parameters):
+            if (isinstance(item, OutputFunctionCall) and tool is None) or (
+                tool is not None and not _valid_json(item.arguments, tool.parameters)
+            ):
                 problems.append(f"the call of {item.name!r} does not validate")
         if not calls:
             problems.append("no function call was produced")

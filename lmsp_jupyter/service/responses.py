@@ -375,13 +375,12 @@ class ResponseService:
                     yield event(translated)
             reasoning_tokens += output.reasoning_tokens
             prompt = None
-            if offer is not None and calls is not None and done is not None:
-                if _continues(calls, done, items):
-                    offer.rounds += 1
-                    decoding = plan(offer.after_calls, last=offer.rounds >= MAX_ROUNDS)
-                    prompt = await self._again(run, decoding)
-                    if prompt is None:
-                        done = None
+            if offer is not None and calls is not None and _continues(calls, done, items):
+                offer.rounds += 1
+                decoding = plan(offer.after_calls, last=offer.rounds >= MAX_ROUNDS)
+                prompt = await self._again(run, decoding)
+                if prompt is None:
+                    done = None
         run.output = list(items)
         if done is not None:
             run.usage = Usage(
@@ -477,7 +476,9 @@ class ResponseService:
         context = [*run.context, *map(as_input_item, run.output)]
         messages = with_instructions(chat_messages(context), run.request.instructions)
         try:
-            return await self.engine.render(run.entry, messages, decoding.tools, decoding.constraint)
+            return await self.engine.render(
+                run.entry, messages, decoding.tools, decoding.constraint
+            )
         except (ChatTemplateError, GrammarError) as exc:
             run.error = LmspError("generation_failed", str(exc))
         except EngineError as exc:
@@ -520,9 +521,11 @@ async def _through(calls: McpEvents | None, data: EventData) -> AsyncIterator[Ev
         yield translated
 
 
-def _continues(calls: McpEvents, done: GenerationDone, items: list[OutputItem]) -> bool:
+def _continues(calls: McpEvents, done: GenerationDone | None, items: list[OutputItem]) -> bool:
     """Whether the model goes on after a round: it called MCP tools that ran, and nothing
     waits (for approval, or for the client's function outputs)."""
+    if done is None:
+        return False
     waits_for_client = any(isinstance(item, OutputFunctionCall) for item in items)
     return calls.ran > 0 and not calls.waiting and not waits_for_client and done.reason == "stop"
 

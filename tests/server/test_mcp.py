@@ -79,9 +79,7 @@ def mcp_json(tmp_path_factory: pytest.TempPathFactory, files: Path, http_url: st
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest, mcp_json: Path) -> Config:
     config = server_config(request, sse_keepalive_seconds=0.05)
-    config.McpServers = Config(
-        {"config_file": str(mcp_json), "call_timeout_seconds": CALL_TIMEOUT}
-    )
+    config.McpServers = Config({"config_file": str(mcp_json), "call_timeout_seconds": CALL_TIMEOUT})
     return config
 
 
@@ -95,6 +93,15 @@ def choose(label: str, name: str) -> dict[str, Any]:
 
 def items(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [item for item in response["output"] if item["type"] == kind]
+
+
+def noted(record: Path) -> str:
+    """What the HTTP server's ``note`` tool wrote down."""
+    return record.read_text() if record.exists() else ""
+
+
+def forget(record: Path) -> None:
+    record.unlink(missing_ok=True)
 
 
 async def respond(lmsp: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
@@ -157,9 +164,7 @@ async def test_the_stream_has_the_mcp_events_and_the_servers_are_listed(
     assert names.index("response.mcp_call_arguments.done") < names.index(
         "response.mcp_call.in_progress"
     )
-    assert names.index("response.mcp_call.in_progress") < names.index(
-        "response.mcp_call.completed"
-    )
+    assert names.index("response.mcp_call.in_progress") < names.index("response.mcp_call.completed")
     assert names[-1] == "response.completed"
     done = [d["item"] for d in datas if d["type"] == "response.output_item.done"]
     (call,) = [item for item in done if item["type"] == "mcp_call"]
@@ -205,16 +210,14 @@ async def test_the_http_server_answers_and_a_follow_up_reuses_the_listing(
 async def test_an_approved_call_runs_once_after_the_task_waited(
     lmsp: httpx.AsyncClient, record: Path
 ) -> None:
-    record.unlink(missing_ok=True)
+    forget(record)
     tools = [mcp("py")]  # require_approval: "always" by default
-    waiting = await finished_task(
-        lmsp, tools=tools, tool_choice=choose("py", "note"), store=True
-    )
+    waiting = await finished_task(lmsp, tools=tools, tool_choice=choose("py", "note"), store=True)
     assert waiting["status"] == "completed"
     (request,) = items(waiting, "mcp_approval_request")
     assert request["name"] == "note" and request["server_label"] == "py"
     assert json.loads(request["arguments"]) == {"text": "approved once"}
-    assert items(waiting, "mcp_call") == [] and not record.exists()
+    assert items(waiting, "mcp_call") == [] and noted(record) == ""
 
     approval = {"type": "mcp_approval_response", "approval_request_id": request["id"]}
     answer = {"tools": tools, "previous_response_id": waiting["id"], "store": True}
@@ -225,7 +228,7 @@ async def test_an_approved_call_runs_once_after_the_task_waited(
     assert items(approved, "message")  # the model went on
     again = await finished_task(lmsp, input=[{**approval, "approve": True}], **answer)
     assert items(again, "mcp_call") == []
-    assert record.read_text() == "approved once\n"
+    assert noted(record) == "approved once\n"
 
 
 @pytest.mark.script(forced("write_file", {"path": "denied.txt", "content": "x"}), AFTER)
@@ -233,9 +236,7 @@ async def test_a_denied_write_never_happens_and_the_model_is_told(
     lmsp: httpx.AsyncClient, files: Path, jp_serverapp: Any
 ) -> None:
     tools = [mcp("files", require_approval="always")]
-    asked = await respond(
-        lmsp, tools=tools, tool_choice=choose("files", "write_file"), store=True
-    )
+    asked = await respond(lmsp, tools=tools, tool_choice=choose("files", "write_file"), store=True)
     (request,) = items(asked, "mcp_approval_request")
     denial = {
         "type": "mcp_approval_response",
@@ -342,7 +343,9 @@ async def test_an_unknown_label_a_request_url_and_a_disabled_server_are_400s(
     unknown = await lmsp.post("/responses", json=ask(tools=[mcp("nowhere")]))
     assert assert_problem(unknown, 400, "invalid_request")["param"] == "tools[0].server_label"
     url = mcp("mine", server_url="http://127.0.0.1:9/mcp")
-    refused = await lmsp.post("/responses", json=ask(tools=[{"type": "function", "name": "f"}, url]))
+    refused = await lmsp.post(
+        "/responses", json=ask(tools=[{"type": "function", "name": "f"}, url])
+    )
     assert assert_problem(refused, 400, "invalid_request")["param"] == "tools[1].server_url"
     disabled = await lmsp.post("/responses", json=ask(tools=[mcp("off")]))
     assert assert_problem(disabled, 400, "invalid_request")["param"] == "tools[0].server_label"
@@ -352,7 +355,10 @@ async def test_an_unknown_label_a_request_url_and_a_disabled_server_are_400s(
     assert assert_problem(choice, 400, "invalid_request")["param"] == "tool_choice.server_label"
     chat = await lmsp.post(
         "/chat/completions",
-        json={"model": ask()["model"], "messages": [{"role": "user", "content": "hi"}],
-              "tools": [mcp("py")]},
+        json={
+            "model": ask()["model"],
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [mcp("py")],
+        },
     )
     assert chat.status_code == 400

@@ -59,7 +59,9 @@ def read_config(path: Path, environ: Mapping[str, str] | None = None) -> dict[st
     if not isinstance(servers, dict):
         raise ConfigError(f"{path}: mcpServers must be an object of servers by label")
     environ = os.environ if environ is None else environ
-    return {str(label): server_config(str(label), entry, environ) for label, entry in servers.items()}
+    return {
+        str(label): server_config(str(label), entry, environ) for label, entry in servers.items()
+    }
 
 
 def server_config(label: str, entry: Any, environ: Mapping[str, str]) -> ServerConfig:

@@ -87,13 +87,13 @@ class Connection:
         ]
         return self.tools
 
-    async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> str:
+    async def call(self, name: str, arguments: dict[str, Any], limit: float) -> str:
         """Run the tool ``name``; its output as text. A tool's own error (``isError``), a
-        server that fails or hangs past ``timeout`` → :class:`McpFailure`."""
+        server that fails or hangs past ``limit`` seconds → :class:`McpFailure`."""
         async with self._used() as session:
             result = await self._bounded(
-                session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=timeout)),
-                timeout,
+                session.call_tool(name, arguments, read_timeout_seconds=timedelta(seconds=limit)),
+                limit,
                 f"the call of {name!r}",
             )
         text = result_text(result)
@@ -119,19 +119,19 @@ class Connection:
                 loop = asyncio.get_running_loop()
                 self._idle = loop.call_later(self.idle_seconds, self._stop_if_idle)
 
-    async def _bounded(self, request: Any, timeout: float, what: str) -> Any:
-        """Await ``request``; past ``timeout``, or the server gone first → McpFailure."""
+    async def _bounded(self, request: Any, limit: float, what: str) -> Any:
+        """Await ``request``; past ``limit`` seconds, or the server gone first → McpFailure."""
         holder = self._holder
         task = asyncio.ensure_future(request)
         waiting = {task} if holder is None else {task, holder}
-        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waiting, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
             if holder is not None and holder.done():
                 raise McpFailure(self.error or f"the MCP server {self.label!r} exited")
-            raise McpFailure(f"{what} took more than {timeout:g} s")
+            raise McpFailure(f"{what} took more than {limit:g} s")
         try:
             return task.result()
         except McpFailure:
@@ -169,9 +169,7 @@ class Connection:
             except Exception as exc:
                 raise McpFailure(f"the MCP server {self.label!r} failed to start: {exc}") from None
             self.state, self.error = "running", None
-            self.log.info(
-                "MCP server %r started in %.2f s", self.label, time.monotonic() - began
-            )
+            self.log.info("MCP server %r started in %.2f s", self.label, time.monotonic() - began)
             return self._session
 
     async def _hold(self, ready: asyncio.Future[ClientSession]) -> None:
@@ -216,7 +214,9 @@ class Connection:
             return _two(stdio_client(params, errlog=errlog.writer))
         if config.transport == "sse":
             return _two(sse_client(config.url, headers=dict(config.headers)))
-        client = httpx.AsyncClient(headers=dict(config.headers), timeout=httpx.Timeout(30, read=300))
+        client = httpx.AsyncClient(
+            headers=dict(config.headers), timeout=httpx.Timeout(30, read=300)
+        )
         return _two(_closing(client, streamable_http_client(config.url, http_client=client)))
 
     def _failed(self, message: str) -> None:
@@ -316,4 +316,3 @@ class _LogPipe:
     def close(self) -> None:
         """Close this side of the pipe (if the server never started)."""
         self.writer.close()
-

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...engine.guidance import check_schema
 from ...engine.generation import GrammarError
+from ...engine.guidance import check_schema
 from ...protocol.errors import LmspError
 from ...protocol.events import (
     EventData,
@@ -117,7 +117,9 @@ class McpOffer:
             for info in tools:
                 if not tool.allows(info.name) or not _enforceable(info.input_schema):
                     continue
-                function = info.name if info.name not in taken else f"{tool.server_label}.{info.name}"
+                function = (
+                    info.name if info.name not in taken else f"{tool.server_label}.{info.name}"
+                )
                 taken.add(function)
                 offered[function] = OfferedTool(function, tool, connection, info)
         approved = _approved(request, context, servers)
@@ -127,8 +129,10 @@ class McpOffer:
         after_calls = request.model_copy(
             update={"tools": functions, "tool_choice": _choice(after, offered)}
         )
-        expanded = after_calls if approved else request.model_copy(
-            update={"tools": functions, "tool_choice": first}
+        expanded = (
+            after_calls
+            if approved
+            else request.model_copy(update={"tools": functions, "tool_choice": first})
         )
         return cls(servers, offered, listed, approved, expanded, after_calls)
 
@@ -155,8 +159,8 @@ class McpOffer:
             parsed = json.loads(arguments or "{}")
             if not isinstance(parsed, dict):
                 raise McpFailure("the arguments are not a JSON object")
-            timeout = self.servers.call_timeout_seconds
-            output = await offered.connection.call(offered.info.name, parsed, timeout)
+            limit = self.servers.call_timeout_seconds
+            output = await offered.connection.call(offered.info.name, parsed, limit)
         except json.JSONDecodeError as exc:
             return call.model_copy(update={"error": f"the arguments are not JSON: {exc}"})
         except McpFailure as exc:
@@ -181,7 +185,9 @@ def _targets(servers: McpServers, request: ResponseRequest) -> list[tuple[McpToo
             continue
         if tool.server_url is not None:
             param = f"tools[{index}].server_url"
-            connection = servers.remote(tool.server_label, tool.server_url, tool.headers or {}, param)
+            connection = servers.remote(
+                tool.server_label, tool.server_url, tool.headers or {}, param
+            )
         else:
             connection = servers.connection(tool.server_label, f"tools[{index}].server_label")
             if connection.config.disabled:
@@ -353,7 +359,10 @@ class McpEvents:
         offered = self.offer.offered[call.name]
         if held:
             request = OutputMcpApprovalRequest(
-                id=item_id, server_label=offered.label, name=offered.info.name, arguments=call.arguments
+                id=item_id,
+                server_label=offered.label,
+                name=offered.info.name,
+                arguments=call.arguments,
             )
             self.items[index] = request
             self.waiting += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ class McpServers(LoggingConfigurable):
         self.hub = hub
         self._connections: dict[str, Connection] = {}
         self._adhoc: dict[tuple[str, tuple[tuple[str, str], ...]], Connection] = {}
-        self._read: tuple[float, int] | None | bool = False  # False: never read
+        self._read: tuple[float, int] | bool | None = False  # False: never read
         self._problem: str | None = None
         self._answered: set[str] = set()
 
@@ -144,10 +145,8 @@ class McpServers(LoggingConfigurable):
             self.log.info("MCP servers of %s: %s", path, ", ".join(configs))
 
     def _stop_later(self, connection: Connection) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # no loop: nothing of it runs
             asyncio.get_running_loop().create_task(connection.stop())
-        except RuntimeError:  # no loop: nothing of it runs
-            pass
 
     def answer(self, approval_request_id: str) -> bool:
         """Claim the approved call ``approval_request_id`` for running; ``False`` when it was
