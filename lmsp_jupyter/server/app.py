@@ -51,6 +51,7 @@ from ..service.embeddings import EmbeddingService
 from ..service.idempotency import IdempotencyKeys
 from ..service.leases import LEASE_SECONDS, RENEW_SECONDS, Lease
 from ..service.limits import OwnerLimits
+from ..service.mcp import McpServers
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store import open_store
@@ -113,7 +114,7 @@ class LmspApp(ExtensionApp):
     """Serves LMSP 1.0 under ``{base_url}lmsp/v1`` from the GGUF models on this machine."""
 
     name = "lmsp"
-    classes = [*ExtensionApp.classes, LocalEngine, ModelManager, AnthropicModels]
+    classes = [*ExtensionApp.classes, LocalEngine, ModelManager, AnthropicModels, McpServers]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
     _ollama_listener: OllamaListener | None = None
@@ -408,12 +409,14 @@ class LmspApp(ExtensionApp):
         )
         self.embeddings = EmbeddingService(models, embedders)
         usage = UsageRecords(store)
+        self.mcp = McpServers(hub=self.hub_service, parent=self, log=self.log)
         responses = ResponseService(
             models,
             self.engine,
             ResponseRecords(store),
             max_queued=self.max_queued_tasks,
             usage=usage,
+            mcp=self.mcp,
         )
         limits = OwnerLimits(self.owner_max_requests, self.owner_max_tasks)
         self.task_service = TaskService(
@@ -434,6 +437,7 @@ class LmspApp(ExtensionApp):
             lmsp_embeddings=self.embeddings,
             lmsp_anthropic=AnthropicModels(models, self.default_model, parent=self, log=self.log),
             lmsp_responses=responses,
+            lmsp_mcp=self.mcp,
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
@@ -573,6 +577,7 @@ class LmspApp(ExtensionApp):
             if self._remote_refresher is not None:
                 self._remote_refresher.stop()
             await self.task_service.close()
+            await self.mcp.close()
             self.store.close()
             await self.model_manager.close()
             self.embeddings.close()

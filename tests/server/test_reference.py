@@ -11,6 +11,7 @@ from lmsp_jupyter.engine.manager import ModelManager
 from lmsp_jupyter.server.app import LmspApp
 from lmsp_jupyter.server.reference import reference
 from lmsp_jupyter.service.anthropic import AnthropicModels
+from lmsp_jupyter.service.mcp import McpServers
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -31,7 +32,13 @@ def test_the_module_prints_the_reference() -> None:
 
 def test_every_configurable_trait_has_one_section_with_its_help() -> None:
     page = reference()
-    for cls, count in ((LmspApp, 31), (LocalEngine, 5), (ModelManager, 3), (AnthropicModels, 1)):
+    for cls, count in (
+        (LmspApp, 31),
+        (LocalEngine, 5),
+        (ModelManager, 3),
+        (AnthropicModels, 1),
+        (McpServers, 5),
+    ):
         own = cls.class_own_traits(config=True)
         assert page.count(f"\n## `{cls.__name__}.") == len(own) == count
     assert "## `LocalEngine.context_size`\n\n- Type: `Int`\n- Default: `8192`\n\n" in page
