@@ -221,8 +221,8 @@ def start_server(
         *(["--allow-root"] if os.geteuid() == 0 else []),
         *extra,
     ]
-    log = (tmp / "server.log").open("wb")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (tmp / "server.log").open("wb") as log:  # the server writes to its own copy
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = LiveServer(
         root=f"http://127.0.0.1:{port}{base_url}",
         token=token,

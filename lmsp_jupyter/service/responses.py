@@ -367,11 +367,11 @@ class ResponseService:
             calls = McpEvents(offer, run.id, items) if offer is not None else None
             spent = done
             done = None
-            async for data in self._round(run, prompt, decoding, output, cancel, spent):
-                if isinstance(data, GenerationDone):
-                    done = _added(spent, data)
+            async for piece in self._round(run, prompt, decoding, output, cancel, spent):
+                if isinstance(piece, GenerationDone):
+                    done = _added(spent, piece)
                     continue
-                async for translated in _through(calls, data):
+                async for translated in _through(calls, piece):
                     yield event(translated)
             reasoning_tokens += output.reasoning_tokens
             prompt = None

@@ -199,9 +199,7 @@ class Connection:
             if self.state == "running":
                 self.state = "stopped"
 
-    def _transport(
-        self, errlog: _LogPipe | None
-    ) -> AbstractAsyncContextManager[tuple[Any, Any] | tuple[Any, Any, Any]]:
+    def _transport(self, errlog: _LogPipe | None) -> AbstractAsyncContextManager[tuple[Any, Any]]:
         config = self.config
         if config.transport == "stdio":
             assert errlog is not None

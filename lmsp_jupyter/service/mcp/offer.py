@@ -325,16 +325,13 @@ class McpEvents:
                     response_id=self.response_id, output_index=data.output_index, item=call
                 )
             return
-        opened = self._open.get(getattr(data, "output_index", -1))
+        index: int = getattr(data, "output_index", -1)
+        opened = self._open.get(index)
         if opened is None or isinstance(data, OutputItemAdded):
             yield data
             return
         item_id, held = opened
-        where = {
-            "response_id": self.response_id,
-            "item_id": item_id,
-            "output_index": data.output_index,
-        }
+        where = {"response_id": self.response_id, "item_id": item_id, "output_index": index}
         if isinstance(data, FunctionCallArgumentsDelta):
             if not held:
                 yield McpCallArgumentsDelta(**where, delta=data.delta)
@@ -342,8 +339,8 @@ class McpEvents:
             if not held:
                 yield McpCallArgumentsDone(**where, arguments=data.arguments)
         elif isinstance(data, OutputItemDone) and isinstance(data.item, OutputFunctionCall):
-            del self._open[data.output_index]
-            async for event in self._close(data.output_index, data.item, item_id, held, where):
+            del self._open[index]
+            async for event in self._close(index, data.item, item_id, held, where):
                 yield event
         else:
             yield data
@@ -399,8 +396,8 @@ async def opening_events(
         index = len(items)
         items.append(listing)
         where = {"response_id": response_id, "item_id": listing.id, "output_index": index}
-        opened = listing.model_copy(update={"status": "in_progress", "tools": []})
-        yield OutputItemAdded(response_id=response_id, output_index=index, item=opened)
+        listing_opened = listing.model_copy(update={"status": "in_progress", "tools": []})
+        yield OutputItemAdded(response_id=response_id, output_index=index, item=listing_opened)
         yield McpListToolsInProgress(**where)
         yield McpListToolsFailed(**where) if listing.error else McpListToolsCompleted(**where)
         yield OutputItemDone(response_id=response_id, output_index=index, item=listing)
