@@ -214,7 +214,8 @@ def approval_request(
 
     ``approve``: one decision for every request, or a decision per approval request id
     (each of them). ``reason`` goes with denials. The request continues ``response``
-    (``previous_response_id``) with its model and tools; send it like any other.
+    (``previous_response_id``) with its model and tools as the response shows them (an MCP
+    tool's ``headers`` are not shown: add them again); send it like any other.
     """
     waiting = [item.id for item in response.output if isinstance(item, McpApprovalRequest)]
     if not waiting:
