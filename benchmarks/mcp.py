@@ -47,7 +47,12 @@ SUM_SCHEMA = {
     "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
     "required": ["a", "b"],
 }
-MCP_TOOL = {"type": "mcp", "server_label": "everything", "require_approval": "never"}
+MCP_TOOL = {
+    "type": "mcp",
+    "server_label": "everything",
+    "allowed_tools": ["get-sum"],  # the same one tool in the prompt as on the other side
+    "require_approval": "never",
+}
 FUNCTION_TOOL = {"type": "function", "name": "get-sum", "parameters": SUM_SCHEMA}
 
 

@@ -21,7 +21,8 @@ from openai.types.responses.response_output_item import McpApprovalRequest, McpC
 from tests.conftest import MODEL, LiveServer, live_config, running_server
 from tests.helpers import MCP_EVERYTHING, mcp_stdio_server
 
-EVERYTHING: Any = {"type": "mcp", "server_label": "everything"}
+#: Its one tool get-sum offered, of its thirteen: a short prompt.
+EVERYTHING: Any = {"type": "mcp", "server_label": "everything", "allowed_tools": ["get-sum"]}
 SUM: Any = {"type": "mcp", "server_label": "everything", "name": "get-sum"}
 ANSWER = re.compile(r"The sum of (\S+) and (\S+) is (\S+)\.")
 
