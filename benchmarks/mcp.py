@@ -16,8 +16,8 @@ same on both sides:
 
 The first MCP request of the run (after one without tools has loaded the model) starts the
 server: its start-up is that request's time to ``response.created`` less the median of the
-warm ones (which list the tools again, in a new
-conversation each). It measures and never asserts (goal: MCP's added latency ≤ 20 ms p50).
+warm ones (which list the tools again, in a new conversation each). It measures and never
+asserts (goal: MCP's added latency ≤ 20 ms p50).
 
 Run: ``.venv/bin/python benchmarks/mcp.py [--calls 50]``.
 """
