@@ -3,19 +3,21 @@ kernel ``@tool``: a function call the client runs and answers in a new request.
 
 One ``jupyter lmsp`` with the bundled model and an ``mcp.json`` running
 ``@modelcontextprotocol/server-everything`` over stdio (from ``tests/compat/js``); each call is
-a forced call of its ``echo`` tool, so the model's part is the same on both sides:
+a forced call of its ``get-sum`` tool (two numbers: short arguments), so the model's part is the
+same on both sides:
 
 * mcp: ``tools: [{"type": "mcp", ...}]``; the added latency of a call is from its
   ``response.mcp_call_arguments.done`` to its ``response.mcp_call.completed`` (the service runs
   it on the server meanwhile);
-* function: the same ``echo`` as a function tool; the added latency is from the call's
+* function: the same ``get-sum`` as a function tool; the added latency is from the call's
   ``response.output_item.done`` to the ``response.in_progress`` of the request that gives the
-  output back (``previous_response_id``): the client runs ``echo`` and asks again, as the
+  output back (``previous_response_id``): the client runs ``get-sum`` and asks again, as the
   kernel's tool loop does.
 
-The first MCP request of the run starts the server: its start-up is that request's time to
-``response.created`` less the median of the warm ones (which list the tools again, in a new
-conversation each). It measures and never asserts (goal: MCP's added latency ≤ 20 ms p50).
+The first MCP request of the run (after one without tools has loaded the model) starts the
+server: its start-up is that request's time to ``response.created`` less the median of the
+warm ones (which list the tools again, in a new conversation each). It measures and never
+asserts (goal: MCP's added latency ≤ 20 ms p50).
 
 Run: ``.venv/bin/python benchmarks/mcp.py [--calls 50]``.
 """
@@ -41,13 +43,18 @@ from benchmarks.harness.sse import iter_events
 from lmsp_jupyter.engine.catalog import BUNDLED_MODEL_ID
 from tests.helpers import MCP_EVERYTHING, mcp_stdio_server
 
-ECHO_SCHEMA = {
+SUM_SCHEMA = {
     "type": "object",
-    "properties": {"message": {"type": "string", "maxLength": 8}},
-    "required": ["message"],
+    "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+    "required": ["a", "b"],
 }
-MCP_TOOL = {"type": "mcp", "server_label": "everything", "require_approval": "never"}
-FUNCTION_TOOL = {"type": "function", "name": "echo", "parameters": ECHO_SCHEMA}
+MCP_TOOL = {
+    "type": "mcp",
+    "server_label": "everything",
+    "allowed_tools": ["get-sum"],  # the same one tool in the prompt as on the other side
+    "require_approval": "never",
+}
+FUNCTION_TOOL = {"type": "function", "name": "get-sum", "parameters": SUM_SCHEMA}
 
 
 def timed_events(
@@ -73,7 +80,7 @@ def at(events: list[tuple[float, str, dict[str, Any]]], name: str, kind: str = "
 def ask(tokens: int, **fields: Any) -> dict[str, Any]:
     return {
         "model": BUNDLED_MODEL_ID,
-        "input": "Echo hi.",
+        "input": "Add 2 and 3.",
         "temperature": 0,
         "max_output_tokens": tokens,
         **fields,
@@ -82,7 +89,7 @@ def ask(tokens: int, **fields: Any) -> dict[str, Any]:
 
 def mcp_call(client: httpx.Client, tokens: int) -> tuple[float, float]:
     """One MCP call: (time to response.created, added latency of the call) in seconds."""
-    choice = {"type": "mcp", "server_label": "everything", "name": "echo"}
+    choice = {"type": "mcp", "server_label": "everything", "name": "get-sum"}
     start = time.perf_counter()
     events = timed_events(client, ask(tokens, tools=[MCP_TOOL], tool_choice=choice))
     created = at(events, "response.created") - start
@@ -93,12 +100,15 @@ def mcp_call(client: httpx.Client, tokens: int) -> tuple[float, float]:
 
 def function_call(client: httpx.Client, tokens: int) -> float:
     """One function call the client runs: its added latency in seconds."""
-    choice = {"type": "function", "name": "echo"}
+    choice = {"type": "function", "name": "get-sum"}
     first = timed_events(client, ask(tokens, tools=[FUNCTION_TOOL], tool_choice=choice, store=True))
     done = at(first, "response.output_item.done", "function_call")
     call = next(d["item"] for _, e, d in first if e == "response.output_item.done")
     response_id = first[-1][2]["response"]["id"]
-    output = f"Echo: {json.loads(call['arguments'])['message']}"  # the tool, run here
+    arguments = json.loads(call["arguments"])  # the tool, run here
+    output = (
+        f"The sum of {arguments['a']} and {arguments['b']} is {arguments['a'] + arguments['b']}."
+    )
     answer = {"type": "function_call_output", "call_id": call["call_id"], "output": output}
     second = timed_events(
         client,
@@ -123,6 +133,7 @@ def body(args: argparse.Namespace, scratch: Path, log_path: Path) -> None:
 
 def measure(server: Server, args: argparse.Namespace) -> None:
     with httpx.Client(base_url=server.lmsp_url, headers=server.headers, timeout=300) as client:
+        client.post("/responses", json=ask(args.tokens)).raise_for_status()  # the model loaded
         cold, _ = mcp_call(client, args.tokens)
         function_call(client, args.tokens)  # warm-up of the other side
         created, mcp, function = [], [], []
@@ -131,7 +142,7 @@ def measure(server: Server, args: argparse.Namespace) -> None:
             created.append(warm)
             mcp.append(added)
             function.append(function_call(client, args.tokens))
-    print(f"bundled model, echo of server-everything over stdio, {args.calls} calls each")
+    print(f"bundled model, get-sum of server-everything over stdio, {args.calls} calls each")
     print(f"{'side':<10} {'p50 ms':>8} {'p95 ms':>8}")
     for side, values in (("mcp", mcp), ("function", function)):
         p50, p95 = percentile(values, 0.5) * 1000, percentile(values, 0.95) * 1000

@@ -143,7 +143,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "mcp": (
         "--tokens 24 --calls 2",
         ["side p50 ms p95 ms"],
-        ["bundled model, echo of server-everything", "mcp ", "function ", "first call start-up"],
+        ["bundled model, get-sum of server-everything", "mcp ", "function ", "first call start-up"],
     ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",

@@ -108,9 +108,11 @@ class McpTool(_Strict):
     server_label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     server_url: str | None = Field(default=None, max_length=2048)
     server_description: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
-    allowed_tools: list[Annotated[str, Field(max_length=255)]] | McpToolNames | None = Field(
-        default=None, max_length=1024
-    )
+    allowed_tools: (
+        Annotated[list[Annotated[str, Field(max_length=255)]], Field(max_length=1024)]
+        | McpToolNames
+        | None
+    ) = None
     require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
     headers: dict[str, Annotated[str, Field(max_length=8192)]] | None = Field(
         default=None, max_length=64
