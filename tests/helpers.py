@@ -10,12 +10,15 @@ time. The time limit only bounds a failure: it is generous, and no test asserts 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
@@ -186,3 +189,45 @@ async def eventually_async(
         if deadline.reached(value):
             return value
         await asyncio.sleep(interval)
+
+
+#: The MCP servers of npm the tests run over stdio, unmodified (installed with the JS clients).
+MCP_EVERYTHING = JS_CLIENTS / "node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+MCP_FILESYSTEM = JS_CLIENTS / "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+
+
+def mcp_stdio_server(script: Path, *args: str, **entry: Any) -> dict[str, Any]:
+    """An ``mcp.json`` entry running ``script`` (one of the npm MCP servers) with node."""
+    install_js_clients()
+    node = shutil.which("node", path=node_env()["PATH"])
+    assert node is not None, "node is not installed"
+    return {"command": node, "args": [str(script), *args], **entry}
+
+
+@contextlib.contextmanager
+def mcp_http_server(record: Path) -> Iterator[str]:
+    """The Python SDK's Streamable HTTP server of ``tests/mcp_http_server.py`` in a process;
+    its URL. Its tool ``note`` appends to ``record``."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    script = ROOT / "tests" / "mcp_http_server.py"
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(port), str(record)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError("the MCP test server exited")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        return False
+
+    try:
+        eventually(listening, within=60, what="the MCP test server listening")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

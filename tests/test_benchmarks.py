@@ -140,6 +140,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
             "ratio hub/direct ",
         ],
     ),
+    "mcp": (
+        "--tokens 24 --calls 2",
+        ["side p50 ms p95 ms"],
+        ["bundled model, get-sum of server-everything", "mcp ", "function ", "first call start-up"],
+    ),
     "kernel_ask": (
         "--tokens 4 --rounds 1",
         [SIDES_HEADER],

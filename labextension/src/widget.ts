@@ -41,7 +41,8 @@ function render({ model, el }: { model: IAnswerModel; el: HTMLElement }): () => 
   injectStyle();
   const view = new AnswerView({
     stop: () => model.send({ type: 'stop' }),
-    decide: (callId, decision) => model.send({ type: 'decide', call_id: callId, decision })
+    decide: (callId, decision, always) =>
+      model.send({ type: 'decide', call_id: callId, decision, ...(always ? { always } : {}) })
   });
   el.append(view.node);
   const onState = (): void => {

@@ -3,7 +3,9 @@
 ``LmspClient()`` finds the service by itself (:func:`discover`): in a kernel started by a Jupyter
 server with the extension, no URL or token is ever needed. :class:`SseParser` is the incremental
 ``text/event-stream`` parser the clients read streams with, for code that reads raw bytes itself
-(the benchmarks do). ``URL_VARIABLE``, ``TOKEN_VARIABLE``, ``ROOT_VARIABLE`` and
+(the benchmarks do). ``mcp=[labels]`` offers the tools of MCP servers the service runs, and
+:meth:`LmspClient.answer_approvals` (or :func:`approval_request`) answers their approval
+requests. ``URL_VARIABLE``, ``TOKEN_VARIABLE``, ``ROOT_VARIABLE`` and
 ``MODEL_VARIABLE`` name the environment variables the server extension exports to its kernels
 (:mod:`lmsp_jupyter.protocol.environment`; discovery reads the first two, the ``%lmsp`` magic
 the last).
@@ -16,6 +18,7 @@ from ._discovery import discover
 from ._errors import LmspClientError, ProblemError, ProtocolViolation, ServiceUnreachable
 from ._location import ServiceLocation
 from ._sse import ServerSentEvent, SseParser
+from ._wire import approval_request
 
 __all__ = [
     "MODEL_VARIABLE",
@@ -32,5 +35,6 @@ __all__ = [
     "ServiceLocation",
     "ServiceUnreachable",
     "SseParser",
+    "approval_request",
     "discover",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar, overload
 
@@ -89,13 +89,34 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
         capability."""
         return self._call(_wire.embed(model, texts))
 
-    def create_response(self, request: RequestLike) -> Response:
-        """Generate a response and return it when it is done."""
-        return self._call(_wire.create_response(request))
+    def create_response(self, request: RequestLike, *, mcp: Sequence[str] = ()) -> Response:
+        """Generate a response and return it when it is done.
 
-    def stream_response(self, request: RequestLike) -> Iterator[ResponseEvent]:
+        ``mcp``: labels of MCP servers the service runs, whose tools the model is offered
+        (one ``mcp`` tool each); a call ends the response with an ``mcp_approval_request``,
+        answered with :meth:`answer_approvals`.
+        """
+        return self._call(_wire.create_response(request, mcp))
+
+    def stream_response(
+        self, request: RequestLike, *, mcp: Sequence[str] = ()
+    ) -> Iterator[ResponseEvent]:
         """Generate a response and yield its events as they come, up to the final one."""
-        return self._follow(follow_response(request))
+        return self._follow(follow_response(request, mcp))
+
+    def answer_approvals(
+        self,
+        response: Response,
+        approve: bool | Mapping[str, bool] = True,
+        *,
+        reason: str | None = None,
+    ) -> Response:
+        """Answer the MCP approval requests ``response`` ended with (approve every one, deny
+        every one, or a decision per request id) and return the response that continues it:
+        the approved calls run on their servers, the model is told of the denied ones.
+        :func:`approval_request` is the request itself, for :meth:`create_task` or streaming.
+        """
+        return self.create_response(_wire.approval_request(response, approve, reason=reason))
 
     def get_response(self, response_id: str) -> Response:
         """A response stored with ``store: true``."""
@@ -143,10 +164,16 @@ class LmspClient(_BaseClient[httpx.BaseTransport, httpx.Client]):
         return self._chunks(_wire.stream_completion(body))
 
     def create_task(
-        self, request: TaskRequest | RequestLike, *, idempotency_key: str | None = None
+        self,
+        request: TaskRequest | RequestLike,
+        *,
+        idempotency_key: str | None = None,
+        mcp: Sequence[str] = (),
     ) -> Task:
-        """Start a response request as a background task."""
-        return self._call(_wire.create_task(request, idempotency_key))
+        """Start a response request as a background task (``mcp``: as
+        :meth:`create_response`; the task ends waiting for the approvals, answered by a new
+        task of :func:`approval_request`)."""
+        return self._call(_wire.create_task(request, idempotency_key, mcp))
 
     def get_task(self, task_id: str) -> Task:
         """A task and, once it is final, its result."""
@@ -242,13 +269,27 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
         capability."""
         return await self._call(_wire.embed(model, texts))
 
-    async def create_response(self, request: RequestLike) -> Response:
-        """Generate a response and return it when it is done."""
-        return await self._call(_wire.create_response(request))
+    async def create_response(self, request: RequestLike, *, mcp: Sequence[str] = ()) -> Response:
+        """Generate a response and return it when it is done (``mcp``: as
+        :meth:`LmspClient.create_response`)."""
+        return await self._call(_wire.create_response(request, mcp))
 
-    def stream_response(self, request: RequestLike) -> AsyncIterator[ResponseEvent]:
+    def stream_response(
+        self, request: RequestLike, *, mcp: Sequence[str] = ()
+    ) -> AsyncIterator[ResponseEvent]:
         """Generate a response and yield its events as they come, up to the final one."""
-        return self._follow(follow_response(request))
+        return self._follow(follow_response(request, mcp))
+
+    async def answer_approvals(
+        self,
+        response: Response,
+        approve: bool | Mapping[str, bool] = True,
+        *,
+        reason: str | None = None,
+    ) -> Response:
+        """:meth:`LmspClient.answer_approvals`: the response that continues ``response``."""
+        request = _wire.approval_request(response, approve, reason=reason)
+        return await self.create_response(request)
 
     async def get_response(self, response_id: str) -> Response:
         """A response stored with ``store: true``."""
@@ -294,10 +335,15 @@ class AsyncLmspClient(_BaseClient[httpx.AsyncBaseTransport, httpx.AsyncClient]):
         return self._chunks(_wire.stream_completion(body))
 
     async def create_task(
-        self, request: TaskRequest | RequestLike, *, idempotency_key: str | None = None
+        self,
+        request: TaskRequest | RequestLike,
+        *,
+        idempotency_key: str | None = None,
+        mcp: Sequence[str] = (),
     ) -> Task:
-        """Start a response request as a background task."""
-        return await self._call(_wire.create_task(request, idempotency_key))
+        """Start a response request as a background task (``mcp``: as
+        :meth:`LmspClient.create_task`)."""
+        return await self._call(_wire.create_task(request, idempotency_key, mcp))
 
     async def get_task(self, task_id: str) -> Task:
         """A task and, once it is final, its result."""

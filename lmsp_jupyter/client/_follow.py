@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import httpx
@@ -105,9 +105,9 @@ class EventFollower:
         return self._retry_seconds
 
 
-def follow_response(request: RequestLike) -> EventFollower:
+def follow_response(request: RequestLike, mcp: Sequence[str] = ()) -> EventFollower:
     """A follower of a response's own stream (``POST /responses``): it cannot resume."""
-    body = response_body(request, stream=True)
+    body = response_body(request, stream=True, mcp=mcp)
     return EventFollower(Call("POST", "responses", no_body, body=body, headers=ACCEPT_EVENTS))
 
 

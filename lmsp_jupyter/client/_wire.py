@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..protocol.completions import TextCompletion
 from ..protocol.embeddings import EmbeddingList
 from ..protocol.errors import Problem
+from ..protocol.items import McpApprovalRequest
 from ..protocol.models import LMSP_VERSION, Model, ModelList, ServiceDocument
 from ..protocol.requests import ResponseRequest
 from ..protocol.responses import Response
@@ -77,9 +78,10 @@ def _vectors(reply: httpx.Response) -> list[list[float]]:
     return vectors
 
 
-def create_response(request: RequestLike) -> Call[Response]:
+def create_response(request: RequestLike, mcp: Sequence[str] = ()) -> Call[Response]:
     """``POST /responses`` answered at once."""
-    return Call("POST", "responses", _model(Response), body=response_body(request, stream=False))
+    body = response_body(request, stream=False, mcp=mcp)
+    return Call("POST", "responses", _model(Response), body=body)
 
 
 def get_response(response_id: str) -> Call[Response]:
@@ -88,13 +90,16 @@ def get_response(response_id: str) -> Call[Response]:
 
 
 def create_task(
-    request: TaskRequest | RequestLike, idempotency_key: str | None = None
+    request: TaskRequest | RequestLike,
+    idempotency_key: str | None = None,
+    mcp: Sequence[str] = (),
 ) -> Call[Task]:
     """``POST /tasks``: run a response request in the background."""
     if isinstance(request, TaskRequest):
         body = request.model_dump(mode="json")
+        body["request"] = with_mcp(body["request"], mcp)
     else:
-        body = {"type": "response", "request": response_body(request, stream=False)}
+        body = {"type": "response", "request": response_body(request, stream=False, mcp=mcp)}
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
     return Call("POST", "tasks", _model(Task), body=body, headers=headers)
 
@@ -181,11 +186,62 @@ def completion_chunk(data: str) -> TextCompletion | None:
     raise ProblemError(problem)
 
 
-def response_body(request: RequestLike, *, stream: bool) -> dict[str, Any]:
-    """The JSON body of a response request, with ``stream`` set as the endpoint needs."""
+def response_body(request: RequestLike, *, stream: bool, mcp: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON body of a response request, with ``stream`` set as the endpoint needs and
+    an ``mcp`` tool for each label of ``mcp``."""
     if isinstance(request, ResponseRequest):
-        return request.model_copy(update={"stream": stream}).model_dump(mode="json", by_alias=True)
-    return {**request, "stream": stream}
+        body = request.model_copy(update={"stream": stream}).model_dump(mode="json", by_alias=True)
+    else:
+        body = {**request, "stream": stream}
+    return with_mcp(body, mcp)
+
+
+def with_mcp(body: dict[str, Any], labels: Sequence[str]) -> dict[str, Any]:
+    """``body`` offering the tools of the MCP servers ``labels`` name: one ``mcp`` tool each
+    (LMSP 1.0 section 11.6), after the tools it has; every call waits for approval."""
+    if isinstance(labels, str):
+        raise TypeError("mcp takes a list of server labels, not one string")
+    if not labels:
+        return body
+    mcp = [{"type": "mcp", "server_label": label} for label in dict.fromkeys(labels)]
+    return {**body, "tools": [*(body.get("tools") or []), *mcp]}
+
+
+def approval_request(
+    response: Response, approve: bool | Mapping[str, bool] = True, *, reason: str | None = None
+) -> dict[str, Any]:
+    """The request that answers the MCP approval requests ``response`` ended with (11.6).
+
+    ``approve``: one decision for every request, or a decision per approval request id
+    (each of them). ``reason`` goes with denials. The request continues ``response``
+    (``previous_response_id``) with its model and tools as the response shows them (an MCP
+    tool's ``headers`` are not shown: add them again); send it like any other.
+    """
+    waiting = [item.id for item in response.output if isinstance(item, McpApprovalRequest)]
+    if not waiting:
+        raise ValueError(f"{response.id} ends with no mcp_approval_request")
+    decisions = dict.fromkeys(waiting, approve) if isinstance(approve, bool) else dict(approve)
+    if set(decisions) != set(waiting):
+        raise ValueError(f"decide each of {', '.join(waiting)}, not {', '.join(decisions)}")
+    answers = []
+    for request_id in waiting:
+        answer: dict[str, Any] = {
+            "type": "mcp_approval_response",
+            "approval_request_id": request_id,
+            "approve": decisions[request_id],
+        }
+        if not decisions[request_id] and reason is not None:
+            answer["reason"] = reason
+        answers.append(answer)
+    request: dict[str, Any] = {
+        "model": response.model,
+        "previous_response_id": response.id,
+        "input": answers,
+        "store": response.store,
+    }
+    if response.tools:
+        request["tools"] = response.tools
+    return request
 
 
 def read_reply(reply: httpx.Response, read: Callable[[httpx.Response], T]) -> T:

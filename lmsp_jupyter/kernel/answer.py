@@ -17,11 +17,12 @@ from ..protocol.events import (
     ResponseEvent,
     StreamError,
 )
-from ..protocol.items import OutputFunctionCall, OutputItem, OutputMessage
+from ..protocol.items import McpApprovalRequest, OutputFunctionCall, OutputItem, OutputMessage
 from ..protocol.logprobs import LOGPROBS_INCLUDE, Logprob
 from ..protocol.responses import Response
 from .connection import TaskClient, problem_of
-from .rounds import RoundClock, call_output, continuation, open_call
+from .mcp import McpApprovals
+from .rounds import RoundClock, call_output, continuation, open_approval, open_call
 from .state import (
     FINAL_STATUSES,
     AnswerState,
@@ -46,8 +47,11 @@ class Answer:
     kernel it came from, see :mod:`.origin`) each round's task carries it and the ask id as
     metadata. When a round ends with function calls, each is decided by its tool's policy or
     by the user (:meth:`approve`, :meth:`deny`, widget clicks), and the outputs go back to
-    the model in a new round, until it answers without calls. With ``show_prompt`` the state
-    carries the prompt as sent, which the displays show folded.
+    the model in a new round, until it answers without calls. A round that ends with MCP
+    approval requests waits the same way; the decisions go to the service, which runs the
+    approved calls. ``approvals``: the MCP tools the session approved "always for this tool"
+    (a decision with ``always`` adds to them). With ``show_prompt`` the state carries the
+    prompt as sent, which the displays show folded.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class Answer:
         origin: Mapping[str, str] | None = None,
         max_rounds: int = MAX_ROUNDS,
         show_prompt: bool = False,
+        approvals: McpApprovals | None = None,
     ) -> None:
         self.ask_id = f"ask_{secrets.token_hex(12)}"
         self._client = client
@@ -68,6 +73,7 @@ class Answer:
         if origin:  # every round's task says where the ask came from, and which ask it is
             self._request["metadata"] = {**origin, "ask": self.ask_id}
         self._tools = dict(tools or {})
+        self._approvals = approvals or McpApprovals()
         self._max_rounds = max_rounds
         self._state = AnswerState(ask_id=self.ask_id, kernel_id=kernel_id, model=request["model"])
         if show_prompt:
@@ -179,10 +185,14 @@ class Answer:
         self._view.waited()
         return self
 
-    def approve(self, call_id: str | None = None) -> None:
-        """Run a pending call (default: every pending call) and give its output to the model."""
+    def approve(self, call_id: str | None = None, *, always: bool = False) -> None:
+        """Run a pending call (default: every pending call) and give its output to the model.
+
+        ``always``: an MCP call's tool is approved for the rest of the kernel session too.
+        """
         for pending in [call_id] if call_id else list(self.pending_calls()):
-            self.decide(pending, "approve")
+            if pending == call_id or pending in self.pending_calls():  # not approved "always"
+                self.decide(pending, "approve", always=always)
 
     def deny(self, call_id: str | None = None) -> None:
         """Decline a pending call (default: every pending call); the model is told so."""
@@ -210,36 +220,57 @@ class Answer:
             except LmspClientError as exc:
                 self._finish("failed", problem_of(exc))
 
-    def decide(self, call_id: str, decision: DecisionRequest, performed: str | None = None) -> None:
+    def decide(
+        self,
+        call_id: str,
+        decision: DecisionRequest,
+        performed: str | None = None,
+        *,
+        always: bool = False,
+    ) -> None:
         """Approve (run) or deny one pending call; ``ValueError`` if it is not pending.
 
         ``performed``: what JupyterLab did for an approved notebook tool's call, its output.
+        ``always`` with an approved MCP call: its tool needs no approval for the rest of the
+        kernel session, and the ask's other calls of it waiting now are approved too.
         """
         with self._lock:
             call = self._state.tool_calls.get(call_id)
             if call is None or call.decision != "pending":
                 raise ValueError(f"no call {call_id!r} waits for a decision")
             call.decision = "approved" if decision == "approve" else "denied"
+            runs = [call_id]
+            if always and decision == "approve" and call.server_label is not None:
+                self._approvals.add(call.server_label, call.name)
+                for other_id, other in self._state.tool_calls.items():
+                    if other.decision == "pending" and other.title() == call.title():
+                        other.decision = "auto"
+                        runs.append(other_id)
             if not any(c.decision == "pending" for c in self._state.tool_calls.values()):
                 self._state.status = "in_progress"  # nothing waits for the user any more
                 self._settled.clear()
         self._view.refresh()
-        self._run_call(call_id, performed)
+        for run in runs:
+            self._run_call(run, performed if run == call_id else None)
 
     def handle_message(self, message: Mapping[str, Any]) -> None:
         """A click from a view or the ``lmsp`` comm: ``stop``, or ``decide`` a call.
 
         A ``decide`` from JupyterLab that approves a notebook tool's call carries what it
-        did as ``output`` (:mod:`.notebook_tools`).
+        did as ``output`` (:mod:`.notebook_tools`); one that approves an MCP call "always for
+        this tool" carries ``always: true``.
         """
         if message.get("type") == "stop":
             self.cancel()
         elif message.get("type") == "decide" and message.get("decision") in ("approve", "deny"):
             output = message.get("output")
             performed = output if isinstance(output, str) else None
+            always = message.get("always") is True
             # a second click, or a call decided elsewhere meanwhile, changes nothing
             with contextlib.suppress(ValueError):
-                self.decide(str(message.get("call_id")), message["decision"], performed)
+                self.decide(
+                    str(message.get("call_id")), message["decision"], performed, always=always
+                )
 
     def events_after(self, task_id: str, after: int) -> list[ResponseEvent]:
         """The running round's events after the id ``after`` (none for another task)."""
@@ -328,7 +359,16 @@ class Answer:
         self._view.event(task_id, event)
 
     def _end_round(self, response: Response) -> None:
-        calls = [item for item in response.output if isinstance(item, OutputFunctionCall)]
+        calls = {
+            item.call_id: open_call(item, self._tools)
+            for item in response.output
+            if isinstance(item, OutputFunctionCall)
+        }
+        calls |= {
+            item.id: open_approval(item, self._approvals)
+            for item in response.output
+            if isinstance(item, McpApprovalRequest)
+        }
         with self._lock:
             self._state.rounds[-1].response = response
             self._state.rounds[-1].seconds = self._clock.seconds(response)
@@ -347,15 +387,13 @@ class Answer:
             for call_id in self._open_calls(calls):
                 self._run_call(call_id)
 
-    def _open_calls(self, calls: list[OutputFunctionCall]) -> list[str]:
-        """Record the calls with their policy's decision; the ids that run without the user."""
+    def _open_calls(self, calls: dict[str, ToolCallState]) -> list[str]:
+        """Record the calls, opened with their first decision; the ids that run without the
+        user."""
         with self._lock:
-            self._awaiting = {call.call_id for call in calls}
-            for call in calls:
-                self._state.tool_calls[call.call_id] = open_call(call, self._tools)
-            runs = [
-                c.call_id for c in calls if self._state.tool_calls[c.call_id].decision != "pending"
-            ]
+            self._awaiting = set(calls)
+            self._state.tool_calls.update(calls)
+            runs = [call_id for call_id, call in calls.items() if call.decision != "pending"]
             if len(runs) < len(calls):
                 self._state.status = "requires_action"
         self._view.refresh()

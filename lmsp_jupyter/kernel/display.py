@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.getipython import get_ipython
 from IPython.display import display, update_display
 
+from ..protocol.items import McpCall
+
 if TYPE_CHECKING:
     from .answer import Answer
 
@@ -18,9 +20,16 @@ def text_bundle(answer: Answer) -> dict[str, Any]:
     """The task state, Markdown and plain text of ``answer`` (everything but the widget)."""
     state = answer.state
     notes = [
-        f"{call.name}({call.arguments}) — {call.decision}"
+        f"{call.title()}({call.arguments}) — {call.decision}"
         + (f": {call.output}" if call.output is not None else "")
         for call in state.tool_calls.values()
+    ]
+    notes += [
+        f"{item.server_label}:{item.name}({item.arguments}) → "
+        + (f"error: {item.error}" if item.error is not None else item.output or "")
+        for round_ in state.rounds
+        for item in (round_.response.output if round_.response else [])
+        if isinstance(item, McpCall)
     ]
     if state.error:
         notes.append(f"{state.error.get('title')}: {state.error.get('detail')}")

@@ -47,8 +47,11 @@ class LmspMagics(Magics):
         --json NAME|JSON (a JSON Schema dict or pydantic model in the namespace, or a schema),
         --tools f,g (functions decorated with @lmsp_jupyter.tool), --notebook-tools
         (read_cell, insert_cell, replace_cell, run_cell: the model works on this notebook,
-        each call approved in the cell; JupyterLab performs them),
-        --tool-choice auto|required|none|NAME (the first round only), --continue (from the
+        each call approved in the cell; JupyterLab performs them), --mcp files,calc (the
+        tools of the MCP servers the service runs under those labels, each call approved in
+        the cell, or "always for this tool" for this kernel session),
+        --tool-choice auto|required|none|NAME|LABEL:TOOL (the first round only; LABEL:TOOL
+        is a tool of an --mcp server), --continue (from the
         previous answer), --prediction TEXT (the answer as expected, mostly, such as the code
         being edited: the model verifies it a stretch at a time, faster, same answer),
         --context cells,vars,error (in front of the prompt: the cells this session ran with

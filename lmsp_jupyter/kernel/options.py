@@ -22,6 +22,7 @@ _VALUED = (
     "--logprobs",
     "--json",
     "--tools",
+    "--mcp",
     "--tool-choice",
     "--prediction",
     "--context",
@@ -48,6 +49,8 @@ class AskOptions:
     tools: tuple[str, ...] = ()
     #: Offer the notebook tools too (read, insert, replace, run cells; JupyterLab only).
     notebook_tools: bool = False
+    #: ``--mcp``: the labels of MCP servers the service runs, whose tools are offered.
+    mcp: tuple[str, ...] = ()
     tool_choice: str | None = None
     continue_: bool = False
     #: The answer as expected, mostly (the code being edited): verified, never copied.
@@ -115,6 +118,7 @@ def _options(prompt: str, given: dict[str, str]) -> AskOptions:
         json=given.get("--json"),
         tools=tools,
         notebook_tools="--notebook-tools" in given,
+        mcp=_names(given, "--mcp"),
         tool_choice=given.get("--tool-choice"),
         continue_="--continue" in given,
         prediction=given.get("--prediction"),

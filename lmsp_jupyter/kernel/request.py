@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from ..protocol.logprobs import LOGPROBS_INCLUDE
 from ..protocol.models import EXTENSION_KEY
 from .context import assemble
+from .mcp import McpApprovals, mcp_tool_choice, mcp_tools
 from .notebook_tools import notebook_tools
 from .options import AskOptions
 from .tools import Tool
@@ -42,10 +43,12 @@ def ask_request(
     default_model: Callable[[], str],
     previous_response_id: str | None = None,
     context: Mapping[str, str] | None = None,
+    approvals: McpApprovals | None = None,
 ) -> tuple[dict[str, Any], dict[str, Tool]]:
     """The request of the ask's first round (stored, so it can be continued) and its tools.
 
     ``context`` holds the text of each ``--context`` source, put in front of the prompt.
+    ``approvals``: the MCP tools approved for the session, which need no approval.
 
     ``default_model`` is asked only when there is no ``--model`` and every name resolved.
     """
@@ -72,10 +75,12 @@ def ask_request(
         request.update(include=[LOGPROBS_INCLUDE], top_logprobs=options.logprobs)
     if options.json is not None:
         request["response_format"] = response_format(options.json, namespace)
-    if tools:
-        request["tools"] = [tool.definition() for tool in tools.values()]
+    offered = [tool.definition() for tool in tools.values()]
+    offered += mcp_tools(options.mcp, approvals or McpApprovals())
+    if offered:
+        request["tools"] = offered
     if options.tool_choice is not None:
-        request["tool_choice"] = tool_choice(options.tool_choice, options.tools, tools, namespace)
+        request["tool_choice"] = tool_choice(options, tools, namespace)
     if previous_response_id is not None:
         request["previous_response_id"] = previous_response_id
     if options.prediction is not None:
@@ -106,17 +111,23 @@ def offer_notebook_tools(tools: dict[str, Tool]) -> dict[str, Tool]:
     return {**tools, **offered}
 
 
-def tool_choice(
-    choice: str, names: tuple[str, ...], tools: dict[str, Tool], namespace: Mapping[str, Any]
-) -> Any:
-    """``auto``, ``required``, ``none`` or one tool of ``--tools`` (by variable or tool name)."""
+def tool_choice(options: AskOptions, tools: dict[str, Tool], namespace: Mapping[str, Any]) -> Any:
+    """``auto``, ``required``, ``none``, one tool of ``--tools`` (by variable or tool name) or
+    ``LABEL:TOOL``, a tool of an ``--mcp`` server."""
+    choice = options.tool_choice
+    assert choice is not None
     if choice in _CHOICES:
-        if choice == "required" and not tools:
-            raise UsageError("--tool-choice required needs --tools")
+        if choice == "required" and not tools and not options.mcp:
+            raise UsageError("--tool-choice required needs --tools or --mcp")
         return choice
-    chosen = namespace.get(choice) if choice in names else tools.get(choice)
+    if ":" in choice and options.mcp:
+        return mcp_tool_choice(choice, options.mcp)
+    chosen = namespace.get(choice) if choice in options.tools else tools.get(choice)
     if not isinstance(chosen, Tool):
-        raise UsageError(f"--tool-choice {choice!r} is not auto, required, none or one of --tools")
+        raise UsageError(
+            f"--tool-choice {choice!r} is not auto, required, none, one of --tools "
+            "or LABEL:TOOL of --mcp"
+        )
     return {"type": "function", "name": chosen.name}
 
 

@@ -17,8 +17,9 @@ from ..protocol.events import (
     OutputTextDelta,
     ReasoningSummaryTextDelta,
 )
-from ..protocol.items import OutputFunctionCall
+from ..protocol.items import McpApprovalRequest, OutputFunctionCall
 from ..protocol.responses import Response
+from .mcp import McpApprovals
 from .state import Decision, ToolCallState
 from .tools import DECLINED, Tool, ToolPolicy
 
@@ -26,6 +27,9 @@ from .tools import DECLINED, Tool, ToolPolicy
 _OUTPUT_DELTAS = (OutputTextDelta, ReasoningSummaryTextDelta, FunctionCallArgumentsDelta)
 #: Faster than this, events were replayed from the store rather than watched as generated.
 _LIVE_TOKENS_PER_SECOND = 1000.0
+
+#: Why a denied MCP call did not run, as the model is told.
+MCP_DECLINED = "The user declined to run this tool."
 
 _FIRST_DECISION: dict[ToolPolicy, Decision] = {
     "ask": "pending",
@@ -67,14 +71,28 @@ def open_call(call: OutputFunctionCall, tools: Mapping[str, Tool]) -> ToolCallSt
     )
 
 
+def open_approval(request: McpApprovalRequest, approvals: McpApprovals) -> ToolCallState:
+    """An MCP call as its round ends: approved for the session, or pending the user's decision."""
+    allowed = approvals.allows(request.server_label, request.name)
+    return ToolCallState(
+        name=request.name,
+        arguments=request.arguments,
+        decision="auto" if allowed else "pending",
+        server_label=request.server_label,
+    )
+
+
 def call_output(
     call: ToolCallState, tools: Mapping[str, Tool], performed: str | None = None
-) -> str:
-    """What the model gets back for a decided call: the tool's output, or why there is none.
+) -> str | None:
+    """What the model gets back for a decided call: the tool's output, or why there is none;
+    ``None`` for an MCP call, which the service runs (its ``mcp_call`` has the output).
 
     ``performed`` is what JupyterLab reported doing for an approved notebook tool's call
     (:mod:`.notebook_tools`); it is the output of such a call only, never of a kernel's tool.
     """
+    if call.server_label is not None:
+        return None
     tool = tools.get(call.name)
     if tool is None:
         return f"error: there is no tool named {call.name!r}"
@@ -88,13 +106,23 @@ def call_output(
 def continuation(
     request: Mapping[str, Any], last: Response, calls: Mapping[str, ToolCallState]
 ) -> dict[str, Any]:
-    """The next round of ``request``: the outputs of ``last``'s calls after that response."""
-    outputs = [
-        {"type": "function_call_output", "call_id": item.call_id, "output": call.output}
-        for item in last.output
-        if isinstance(item, OutputFunctionCall)
-        for call in [calls[item.call_id]]
-    ]
+    """The next round of ``request``: the outputs of ``last``'s calls after that response,
+    and the decision on each of its MCP approval requests."""
+    outputs: list[dict[str, Any]] = []
+    for item in last.output:
+        if isinstance(item, OutputFunctionCall):
+            output = calls[item.call_id].output
+            outputs.append(
+                {"type": "function_call_output", "call_id": item.call_id, "output": output}
+            )
+        elif isinstance(item, McpApprovalRequest):
+            approve = calls[item.id].decision != "denied"
+            response = {"type": "mcp_approval_response", "approval_request_id": item.id}
+            outputs.append(
+                {**response, "approve": True}
+                if approve
+                else {**response, "approve": False, "reason": MCP_DECLINED}
+            )
     following = {**request, "input": outputs, "previous_response_id": last.id}
     if "tool_choice" in following:
         following["tool_choice"] = "auto"  # a forced choice holds for the first round only

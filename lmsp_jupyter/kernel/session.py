@@ -22,6 +22,7 @@ from .answer import Answer
 from .connection import TaskClient, current_client
 from .context import ErrorRecorder, gather, prompt_names, raw_inputs
 from .edit import EditAnswer, edit_request
+from .mcp import McpApprovals
 from .notebook import NotebookView
 from .options import AskOptions
 from .origin import ask_origin
@@ -52,6 +53,8 @@ class KernelSession:
         self._ask = ask
         self._model: str | None = None
         self.errors = ErrorRecorder()
+        #: The MCP tools approved "always for this tool" in this session.
+        self.mcp_approvals = McpApprovals()
 
     @property
     def client(self) -> TaskClient:
@@ -73,6 +76,7 @@ class KernelSession:
             default_model=self._default_model,
             previous_response_id=previous,
             context=context,
+            approvals=self.mcp_approvals,
         )
         notebook_only = [name for name, tool in tools.items() if tool.runs_in == "notebook"]
         if notebook_only and not self.notebook:
@@ -177,6 +181,7 @@ class KernelSession:
             kernel_id=self.kernel_id,
             origin=origin,
             show_prompt=show_prompt,
+            approvals=self.mcp_approvals,
         )
 
     def _view(self, answer: Answer) -> AnswerView:

@@ -32,7 +32,8 @@ class Round(BaseModel):
 
 
 class ToolCallState(BaseModel):
-    """A function call of a finished round and what became of it."""
+    """A function call of a finished round, or an MCP call waiting for approval (an
+    ``mcp_approval_request``, by its id), and what became of it."""
 
     name: str
     arguments: str
@@ -44,6 +45,17 @@ class ToolCallState(BaseModel):
         "a notebook tool's call on its notebook. Present only for notebook tools.",
         exclude_if=lambda runs_in: runs_in == "kernel",
     )
+    server_label: str | None = Field(
+        None,
+        description="The MCP server whose tool this is: the service runs the call once "
+        "approved, and its result is an mcp_call item of the next round. Present only for "
+        "MCP calls.",
+        exclude_if=lambda label: label is None,
+    )
+
+    def title(self) -> str:
+        """The tool as the user knows it: ``name``, or ``label:name`` for an MCP tool."""
+        return self.name if self.server_label is None else f"{self.server_label}:{self.name}"
 
 
 class AnswerState(BaseModel):

@@ -29,7 +29,8 @@ class TerminalView:
         for call_id, call in state.tool_calls.items():
             if call.output is not None and call_id not in self._printed:
                 self._printed.add(call_id)
-                self._write(f"\n[{call.name}({call.arguments}) {call.decision}: {call.output}]\n")
+                shown = f"{call.title()}({call.arguments}) {call.decision}: {call.output}"
+                self._write(f"\n[{shown}]\n")
         if self._answer.done and not self._ended:
             self._ended = True
             error = f": {state.error.get('detail')}" if state.error else ""
@@ -64,9 +65,16 @@ def run_in_terminal(answer: Answer, ask: Callable[[str], str] = input) -> Answer
     try:
         while answer.wait().status == "requires_action":
             for call_id, call in answer.pending_calls().items():
-                reply = ask(f"\nRun {call.name}({call.arguments})? [y/N] ")
-                approved = reply.strip().lower() in ("y", "yes")
-                answer.decide(call_id, "approve" if approved else "deny")
+                if call_id not in answer.pending_calls():  # approved "always" for its tool
+                    continue
+                always = "/a(lways)" if call.server_label is not None else ""
+                reply = ask(f"\nRun {call.title()}({call.arguments})? [y/N{always}] ").strip()
+                approved = reply.lower() in ("y", "yes", *(("a", "always") if always else ()))
+                answer.decide(
+                    call_id,
+                    "approve" if approved else "deny",
+                    always=bool(always) and reply.lower() in ("a", "always"),
+                )
     except KeyboardInterrupt:
         answer.cancel()
         answer.wait()

@@ -301,6 +301,7 @@ def _content(item: OutputItem) -> Content:
         return TextContent(text="".join(part.text for part in item.content))
     if isinstance(item, OutputReasoning):
         return ThinkingContent(thinking="".join(part.text for part in item.summary))
+    assert isinstance(item, OutputFunctionCall)  # the Messages API offers no MCP tools
     return ToolUseContent(id=item.call_id, name=item.name, input=_arguments(item))
 
 
@@ -310,6 +311,7 @@ def _started(item: OutputItem) -> Content:
         return TextContent(text="")
     if isinstance(item, OutputReasoning):
         return ThinkingContent(thinking="")
+    assert isinstance(item, OutputFunctionCall)  # the Messages API offers no MCP tools
     return ToolUseContent(id=item.call_id, name=item.name, input={})
 
 

@@ -139,6 +139,57 @@ class FunctionCallArgumentsDone(BaseModel):
     arguments: str
 
 
+class McpCallArgumentsDelta(BaseModel):
+    """``response.mcp_call_arguments.delta``: text appended to an MCP call's arguments (11.6)."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class McpCallArgumentsDone(BaseModel):
+    """``response.mcp_call_arguments.done``: an MCP call's arguments are complete (11.6)."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+class McpItemEvent(BaseModel):
+    """An MCP item's progress (11.6): ``response.mcp_call.in_progress``, ``.completed``,
+    ``.failed`` and ``response.mcp_list_tools.*`` alike."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+
+
+class McpCallInProgress(McpItemEvent):
+    """``response.mcp_call.in_progress``: the service is running the call."""
+
+
+class McpCallCompleted(McpItemEvent):
+    """``response.mcp_call.completed``: the call returned its output."""
+
+
+class McpCallFailed(McpItemEvent):
+    """``response.mcp_call.failed``: the call ended with an error."""
+
+
+class McpListToolsInProgress(McpItemEvent):
+    """``response.mcp_list_tools.in_progress``: the server's tools are being listed."""
+
+
+class McpListToolsCompleted(McpItemEvent):
+    """``response.mcp_list_tools.completed``: the server's tools are listed."""
+
+
+class McpListToolsFailed(McpItemEvent):
+    """``response.mcp_list_tools.failed``: the server's tools could not be listed."""
+
+
 class OutputItemDone(BaseModel):
     """``response.output_item.done``: an output item is complete."""
 
@@ -203,6 +254,14 @@ EventData = (
     | ReasoningSummaryPartDone
     | FunctionCallArgumentsDelta
     | FunctionCallArgumentsDone
+    | McpCallArgumentsDelta
+    | McpCallArgumentsDone
+    | McpCallInProgress
+    | McpCallCompleted
+    | McpCallFailed
+    | McpListToolsInProgress
+    | McpListToolsCompleted
+    | McpListToolsFailed
     | OutputItemDone
     | ResponseCompleted
     | ResponseIncomplete
@@ -231,6 +290,14 @@ EVENT_NAMES: dict[type[BaseModel], str] = {
     ReasoningSummaryPartDone: "response.reasoning_summary_part.done",
     FunctionCallArgumentsDelta: "response.function_call_arguments.delta",
     FunctionCallArgumentsDone: "response.function_call_arguments.done",
+    McpCallArgumentsDelta: "response.mcp_call_arguments.delta",
+    McpCallArgumentsDone: "response.mcp_call_arguments.done",
+    McpCallInProgress: "response.mcp_call.in_progress",
+    McpCallCompleted: "response.mcp_call.completed",
+    McpCallFailed: "response.mcp_call.failed",
+    McpListToolsInProgress: "response.mcp_list_tools.in_progress",
+    McpListToolsCompleted: "response.mcp_list_tools.completed",
+    McpListToolsFailed: "response.mcp_list_tools.failed",
     OutputItemDone: "response.output_item.done",
     ResponseCompleted: "response.completed",
     ResponseIncomplete: "response.incomplete",

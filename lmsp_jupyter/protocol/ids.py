@@ -6,7 +6,7 @@ from typing import Literal
 
 from ulid import ULID
 
-IdPrefix = Literal["resp", "msg", "fc", "call", "rs", "task"]
+IdPrefix = Literal["resp", "msg", "fc", "call", "rs", "task", "mcpl", "mcp", "mcpr"]
 
 
 def new_id(prefix: IdPrefix) -> str:

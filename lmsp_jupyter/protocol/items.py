@@ -126,8 +126,79 @@ class Reasoning(_Strict):
     status: ItemStatus | None = None
 
 
+class McpToolInfo(BaseModel):
+    """A tool an MCP server offers, as its listing says (11.6)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(max_length=255)
+    description: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+    annotations: dict[str, Any] | None = None
+
+
+class McpListTools(_Strict):
+    """The tools of an MCP server, listed for the model (11.6); ``error`` when it could not
+    be listed."""
+
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    id: str | None = None
+    server_label: str = Field(max_length=255)
+    tools: list[McpToolInfo] = Field(default_factory=list, max_length=MAX_ITEMS)
+    error: str | None = None
+    status: ItemStatus | None = None
+
+
+class McpCall(_Strict):
+    """A call of an MCP server's tool that the service ran (11.6): its ``output``, or the
+    ``error`` of a call that failed."""
+
+    type: Literal["mcp_call"] = "mcp_call"
+    id: str | None = None
+    server_label: str = Field(max_length=255)
+    name: str = Field(max_length=255)
+    arguments: str = Field(max_length=MAX_TEXT_CHARS)
+    output: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    error: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    #: The approval request it answers, if it needed one.
+    approval_request_id: str | None = Field(default=None, max_length=255)
+    status: ItemStatus | None = None
+
+
+class McpApprovalRequest(_Strict):
+    """A call of an MCP tool the model asked for, waiting for the user's approval (11.6)."""
+
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
+    id: str = Field(max_length=255)
+    server_label: str = Field(max_length=255)
+    name: str = Field(max_length=255)
+    arguments: str = Field(max_length=MAX_TEXT_CHARS)
+    status: ItemStatus | None = None
+
+
+class McpApprovalResponse(_Strict):
+    """The user's answer to an ``mcp_approval_request`` (11.6)."""
+
+    type: Literal["mcp_approval_response"]
+    id: str | None = None
+    approval_request_id: str = Field(min_length=1, max_length=255)
+    approve: bool
+    reason: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+
+
+#: The MCP items (11.6), as they come back in a request's input.
+McpItem = McpListTools | McpCall | McpApprovalRequest | McpApprovalResponse
+
 InputItem = Annotated[
-    InputMessage | FunctionCall | FunctionCallOutput | Reasoning | ItemReference,
+    InputMessage
+    | FunctionCall
+    | FunctionCallOutput
+    | Reasoning
+    | ItemReference
+    | McpListTools
+    | McpCall
+    | McpApprovalRequest
+    | McpApprovalResponse,
     Field(discriminator="type"),
 ]
 
@@ -156,8 +227,34 @@ class OutputReasoning(Reasoning):
     status: ItemStatus = "completed"
 
 
+class OutputMcpListTools(McpListTools):
+    """An ``mcp_list_tools`` item in a response; it always has an ``id``."""
+
+    id: str
+    status: ItemStatus = "completed"
+
+
+class OutputMcpCall(McpCall):
+    """An ``mcp_call`` item in a response; it always has an ``id``."""
+
+    id: str
+    status: ItemStatus = "completed"
+
+
+class OutputMcpApprovalRequest(McpApprovalRequest):
+    """An ``mcp_approval_request`` item in a response."""
+
+    status: ItemStatus = "completed"
+
+
 OutputItem = Annotated[
-    OutputMessage | OutputFunctionCall | OutputReasoning, Field(discriminator="type")
+    OutputMessage
+    | OutputFunctionCall
+    | OutputReasoning
+    | OutputMcpListTools
+    | OutputMcpCall
+    | OutputMcpApprovalRequest,
+    Field(discriminator="type"),
 ]
 
 
@@ -167,4 +264,10 @@ def as_input_item(item: OutputItem) -> InputItem:
         return InputMessage(role="assistant", content=list(item.content))
     if isinstance(item, OutputFunctionCall):
         return FunctionCall.model_validate(item.model_dump(exclude={"status"}))
+    if isinstance(item, OutputMcpListTools):
+        return McpListTools.model_validate(item.model_dump(exclude={"status"}))
+    if isinstance(item, OutputMcpCall):
+        return McpCall.model_validate(item.model_dump(exclude={"status"}))
+    if isinstance(item, OutputMcpApprovalRequest):
+        return McpApprovalRequest.model_validate(item.model_dump(exclude={"status"}))
     return Reasoning.model_validate(item.model_dump(exclude={"status"}))

@@ -87,6 +87,57 @@ class FunctionTool(_Strict):
     strict: bool | None = Field(None, description="Accepted; calls are always decoder-enforced.")
 
 
+class McpToolNames(_Strict):
+    """Tools of an MCP server named by their names (``allowed_tools``, ``require_approval``)."""
+
+    tool_names: list[Annotated[str, Field(max_length=255)]] = Field(max_length=1024)
+    read_only: bool | None = Field(None, description="Accepted; not a filter here.")
+
+
+class McpApprovalFilter(_Strict):
+    """Which tools need approval (``always``) and which do not (``never``), by name (11.6)."""
+
+    always: McpToolNames | None = None
+    never: McpToolNames | None = None
+
+
+class McpTool(_Strict):
+    """The tools of an MCP server the service runs for the model (11.6)."""
+
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    server_url: str | None = Field(default=None, max_length=2048)
+    server_description: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    allowed_tools: (
+        Annotated[list[Annotated[str, Field(max_length=255)]], Field(max_length=1024)]
+        | McpToolNames
+        | None
+    ) = None
+    require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
+    headers: dict[str, Annotated[str, Field(max_length=8192)]] | None = Field(
+        default=None, max_length=64
+    )
+
+    def allows(self, name: str) -> bool:
+        """Whether ``allowed_tools`` lets the model call the tool ``name``."""
+        allowed = self.allowed_tools
+        if allowed is None:
+            return True
+        return name in (allowed if isinstance(allowed, list) else allowed.tool_names)
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call of ``name`` waits for the user's approval (``always`` by default)."""
+        rule = self.require_approval
+        if rule is None or isinstance(rule, str):
+            return rule != "never"
+        if rule.always is not None and name in rule.always.tool_names:
+            return True
+        return not (rule.never is not None and name in rule.never.tool_names)
+
+
+Tool = Annotated[FunctionTool | McpTool, Field(discriminator="type")]
+
+
 class NamedToolChoice(_Strict):
     """Force a call of one named function."""
 
@@ -109,9 +160,17 @@ class AllowedToolsChoice(_Strict):
     tools: list[AllowedTool] = Field(min_length=1, max_length=128)
 
 
+class McpToolChoice(_Strict):
+    """Force a call of one tool of an MCP server (11.6); without ``name``, of any of its tools."""
+
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64)
+    name: str | None = Field(default=None, max_length=255)
+
+
 ToolChoice = (
     Literal["auto", "none", "required"]
-    | Annotated[NamedToolChoice | AllowedToolsChoice, Field(discriminator="type")]
+    | Annotated[NamedToolChoice | AllowedToolsChoice | McpToolChoice, Field(discriminator="type")]
 )
 
 #: Up to 16 string pairs kept with a response or task (LMSP 1.0 sections 7 and 11.1).
@@ -165,7 +224,7 @@ class ResponseRequest(_Strict, SamplingFields):
     stream: bool = False
     max_output_tokens: int | None = Field(default=None, ge=1)
     response_format: ResponseFormat | None = None
-    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tools: list[Tool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     store: bool = False
     previous_response_id: str | None = Field(default=None, max_length=255)
@@ -202,6 +261,14 @@ class ResponseRequest(_Strict, SamplingFields):
             if not _EXTENSION_KEY.match(key):
                 raise ValueError(f"extension key {key!r} is neither reverse-DNS nor an x- name")
         return value
+
+    def function_tools(self) -> list[FunctionTool]:
+        """The request's function tools (its MCP tools are the service's to expand)."""
+        return [tool for tool in self.tools or () if isinstance(tool, FunctionTool)]
+
+    def mcp_tools(self) -> list[McpTool]:
+        """The request's MCP tools (11.6)."""
+        return [tool for tool in self.tools or () if isinstance(tool, McpTool)]
 
     def logprobs(self) -> int | None:
         """How many alternatives each output token's logprob comes with, when ``include``
@@ -378,11 +445,18 @@ def parse_response_request(data: dict[str, Any]) -> ResponseRequest:
 
 def check_tool_choice(request: ResponseRequest) -> None:
     """Refuse a ``tool_choice`` that asks for a call of a tool the request does not offer."""
-    names = {tool.name for tool in request.tools or []}
+    names = {tool.name for tool in request.function_tools()}
     choice = request.tool_choice
     if choice == "required" and not request.tools:
         raise LmspError(
             "invalid_request", 'tool_choice "required" needs at least one tool', param="tool_choice"
+        )
+    labels = {tool.server_label for tool in request.mcp_tools()}
+    if isinstance(choice, McpToolChoice) and choice.server_label not in labels:
+        raise LmspError(
+            "invalid_request",
+            f"tool_choice names the MCP server {choice.server_label!r}, which is not in tools",
+            param="tool_choice.server_label",
         )
     if isinstance(choice, NamedToolChoice) and choice.name not in names:
         raise LmspError(

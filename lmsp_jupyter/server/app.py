@@ -45,6 +45,7 @@ from ..protocol.environment import (
 from ..service.anthropic import AnthropicModels
 from ..service.embeddings import EmbeddingService
 from ..service.limits import OwnerLimits
+from ..service.mcp import McpServers
 from ..service.models import ModelDirectory
 from ..service.responses import ResponseService
 from ..service.store.records import ResponseRecords, UsageRecords
@@ -105,6 +106,7 @@ class LmspApp(ExtensionApp):
         EngineRouter,
         TaskStore,
         AnthropicModels,
+        McpServers,
     ]
     description = "LMSP 1.0: local language models served from the Jupyter server."
     load_other_extensions = True
@@ -302,12 +304,14 @@ class LmspApp(ExtensionApp):
         )
         self.embeddings = EmbeddingService(models, embedders)
         usage = UsageRecords(store)
+        self.mcp = McpServers(hub=self.hub_service, parent=self, log=self.log)
         responses = ResponseService(
             models,
             self.engine,
             ResponseRecords(store),
             max_queued=self.max_queued_tasks,
             usage=usage,
+            mcp=self.mcp,
         )
         limits = OwnerLimits(self.owner_max_requests, self.owner_max_tasks)
         self.task_service = self.task_store.start(responses, limits)
@@ -317,6 +321,7 @@ class LmspApp(ExtensionApp):
             lmsp_embeddings=self.embeddings,
             lmsp_anthropic=AnthropicModels(models, self.default_model, parent=self, log=self.log),
             lmsp_responses=responses,
+            lmsp_mcp=self.mcp,
             lmsp_tasks=self.task_service,
             lmsp_idempotency=self.idempotency,
             lmsp_tokens=ScopedTokens(self.tokens),
@@ -408,6 +413,7 @@ class LmspApp(ExtensionApp):
             await self._forward.aclose()
         if hasattr(self, "task_store"):
             await self.task_store.close()
+            await self.mcp.close()
             await self.model_manager.close()
             self.embeddings.close()
             await self.engine.aclose()

@@ -16,6 +16,7 @@ from ..protocol.completions import CompletionRequest, TextCompletion
 from ..protocol.embeddings import EmbeddingList, EmbeddingRequest
 from ..protocol.errors import PROBLEM_TYPES, Problem
 from ..protocol.items import MAX_TEXT_CHARS
+from ..protocol.mcp import McpServerList
 from ..protocol.models import (
     EXTENSION_KEY,
     EXTENSION_KEY_PATTERN,
@@ -49,6 +50,7 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (Response, "serialization"),
     (Task, "validation"),
     (TaskList, "validation"),
+    (McpServerList, "serialization"),
     (Problem, "serialization"),
     *((model, "serialization") for model in events.EVENT_NAMES),
 ]

@@ -1,7 +1,9 @@
-"""The ``/lmsp/v1/models`` routes: list the models, read one, load and unload one."""
+"""The ``/lmsp/v1/models`` routes: list the models, read one, load and unload one; and
+``/lmsp/v1/mcp/servers``, the MCP servers whose tools the models may call."""
 
 from __future__ import annotations
 
+from ..service.mcp import McpServers
 from .base import LmspHandler
 from .operations import Operation, json_reply, ref
 
@@ -75,3 +77,21 @@ class ModelUnloadHandler(LmspHandler):
 
     async def post(self, model_id: str) -> None:
         self.write_model(await self.models.unload(model_id))
+
+
+class McpServersHandler(LmspHandler):
+    """``GET /lmsp/v1/mcp/servers``: the MCP servers of ``mcp.json``, their state and tools."""
+
+    operations = {
+        "get": Operation(
+            "listMcpServers",
+            "List the MCP servers whose tools a response's mcp tool may offer",
+            "models",
+            {"200": json_reply(ref("McpServerList"), "The servers, in the order of mcp.json.")},
+            scope="models:read",
+        )
+    }
+
+    def get(self) -> None:
+        servers: McpServers = self.settings["lmsp_mcp"]
+        self.write_model(servers.listing())

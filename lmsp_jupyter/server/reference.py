@@ -1,6 +1,6 @@
 """The configuration reference: the settings of ``LmspApp``, ``LocalEngine``,
-``ModelManager``, ``EngineRouter``, ``TaskStore`` and ``AnthropicModels`` as Markdown, from
-the traits themselves.
+``ModelManager``, ``EngineRouter``, ``TaskStore``, ``AnthropicModels`` and ``McpServers`` as
+Markdown, from the traits themselves.
 
 ``python -m lmsp_jupyter.server.reference > docs/configuration.md`` regenerates the page; a test
 checks that the committed page equals this output.
@@ -16,6 +16,7 @@ from ..engine.local.engine import LocalEngine
 from ..engine.manager import DEFAULT_MEMORY_SHARE, ModelManager
 from ..engine.router import EngineRouter
 from ..service.anthropic import AnthropicModels
+from ..service.mcp import McpServers
 from .app import LmspApp
 from .task_store import TaskStore
 
@@ -27,6 +28,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     EngineRouter,
     TaskStore,
     AnthropicModels,
+    McpServers,
 )
 
 #: Defaults computed on the machine that runs the server, described instead of shown.
@@ -35,6 +37,7 @@ _COMPUTED_DEFAULTS = {
     "ModelManager.memory_budget_bytes": f"{DEFAULT_MEMORY_SHARE:.0%} of the machine's physical RAM",
     "LmspApp.hub_service_url": "`$LMSP_HUB_SERVICE_URL`, else empty (serve, do not forward)",
     "LmspApp.hub_service_token": "`$JUPYTERHUB_API_TOKEN`",
+    "McpServers.config_file": "`mcp.json` in Jupyter's config directory (`jupyter --config-dir`)",
 }
 
 _HEADER = """\
@@ -45,8 +48,9 @@ _HEADER = """\
 Every setting is a trait of the class that uses it: `LmspApp` (the extension: model
 stores, tokens, HTTP), `LocalEngine` (the llama.cpp engine), `ModelManager` (which models
 stay in memory), `EngineRouter` (the remote servers whose models are offered too),
-`TaskStore` (where tasks and responses are kept, leases, retention) and `AnthropicModels`
-(the model names of Anthropic's Messages API).
+`TaskStore` (where tasks and responses are kept, leases, retention), `AnthropicModels`
+(the model names of Anthropic's Messages API) and `McpServers` (the MCP servers of
+`mcp.json`, docs/mcp.md).
 Give it on the command line of `jupyter server`, `jupyter lab` or `jupyter lmsp`
 (`--LocalEngine.context_size=4096`, `--LmspApp.model_dirs='["~/models"]'`,
 `--ModelManager.keep_alive_seconds=60`), or in a Jupyter config file:

@@ -16,7 +16,13 @@ from . import ollama_handlers as ollama
 from .base import LmspHandler
 from .document_handlers import NotFoundHandler, OpenApiHandler, ServiceHandler
 from .embedding_handlers import EmbeddingsHandler
-from .model_handlers import ModelHandler, ModelLoadHandler, ModelsHandler, ModelUnloadHandler
+from .model_handlers import (
+    McpServersHandler,
+    ModelHandler,
+    ModelLoadHandler,
+    ModelsHandler,
+    ModelUnloadHandler,
+)
 from .response_handlers import (
     ChatCompletionsHandler,
     CompletionsHandler,
@@ -33,6 +39,7 @@ default_handlers: list[tuple[str, type[LmspHandler]]] = [
     (r"/lmsp/v1/models/(.+)/load", ModelLoadHandler),
     (r"/lmsp/v1/models/(.+)/unload", ModelUnloadHandler),
     (r"/lmsp/v1/models/(.+)", ModelHandler),
+    (r"/lmsp/v1/mcp/servers/?", McpServersHandler),
     (r"/lmsp/v1/responses/?", ResponsesHandler),
     (r"/lmsp/v1/responses/([^/]+)", ResponseHandler),
     (r"/lmsp/v1/responses/([^/]+)/cancel", ResponseCancelHandler),

@@ -9,7 +9,7 @@ from typing import Any
 from ..engine.generation import GrammarError, ToolSpec
 from ..engine.guidance import check_schema
 from ..protocol.errors import LmspError
-from ..protocol.items import OutputFunctionCall
+from ..protocol.items import OutputFunctionCall, OutputMcpApprovalRequest, OutputMcpCall
 from ..protocol.requests import (
     AllowedToolsChoice,
     FunctionTool,
@@ -39,10 +39,11 @@ class DecodingPlan:
         return "response_format" if self.schema is not None else "tools"
 
 
-def plan(request: ResponseRequest) -> DecodingPlan:
-    """The decoding of ``request``; a schema the decoder cannot enforce is ``invalid_request``."""
-    tools = tuple(request.tools or ())
-    choice = request.tool_choice or "auto"
+def plan(request: ResponseRequest, *, last: bool = False) -> DecodingPlan:
+    """The decoding of ``request``; a schema the decoder cannot enforce is ``invalid_request``.
+    The ``last`` round of a response calls no tools (``tool_choice`` ``none``)."""
+    tools = tuple(request.function_tools())
+    choice = "none" if last else request.tool_choice or "auto"
     if isinstance(choice, AllowedToolsChoice):  # the listed tools, offered as ``mode`` says
         allowed = {tool.name for tool in choice.tools}
         tools, choice = tuple(t for t in tools if t.name in allowed), choice.mode
@@ -93,16 +94,22 @@ def breach(decoding: DecodingPlan, output: OutputBuilder) -> LmspError | None:
         problems.append("the output is not JSON valid against the schema")
     if decoding.mode is ContentMode.FORCED_CALL:
         tools = {tool.name: tool for tool in decoding.callable_tools}
-        for item in output.items:
-            if isinstance(item, OutputFunctionCall):
-                tool = tools.get(item.name)
-                if tool is None or not _valid_json(item.arguments, tool.parameters):
-                    problems.append(f"the call of {item.name!r} does not validate")
-        if not any(isinstance(item, OutputFunctionCall) for item in output.items):
+        calls = [item for item in output.items if isinstance(item, _CALLS)]
+        for item in calls:
+            tool = tools.get(item.name)
+            if (isinstance(item, OutputFunctionCall) and tool is None) or (
+                tool is not None and not _valid_json(item.arguments, tool.parameters)
+            ):
+                problems.append(f"the call of {item.name!r} does not validate")
+        if not calls:
             problems.append("no function call was produced")
     if not problems:
         return None
     return LmspError("generation_failed", "; ".join(problems))
+
+
+#: The items a forced call becomes: a function call, or an MCP call run or held (11.6).
+_CALLS = (OutputFunctionCall, OutputMcpCall, OutputMcpApprovalRequest)
 
 
 def _valid_json(text: str | None, schema: dict[str, Any]) -> bool:

@@ -63,13 +63,16 @@ class OutputBuilder:
         thinking_open: bool = False,
         max_calls: int | None = None,
         logprobs: bool = False,
+        items: list[OutputItem] | None = None,
     ) -> None:
         self.response_id = response_id
         self.mode = mode
         self.tools = tools
         #: At most this many native calls become items (``parallel_tool_calls: false`` → 1).
         self.max_calls = max_calls
-        self.items: list[OutputItem] = []
+        #: The response's items: those before this round's (``items``), then its own.
+        self.items: list[OutputItem] = [] if items is None else items
+        self._first = len(self.items)
         #: Tokens fed (one ``feed`` each) that went to reasoning, its tags included.
         self.reasoning_tokens = 0
         self._think = _ThinkSplitter(enabled=reasoning, open_at_start=thinking_open)
@@ -148,7 +151,7 @@ class OutputBuilder:
             self._finish_call()
         elif self.mode is ContentMode.AUTO and not self._auto_decided:
             self._finish_auto()
-        elif self._text is not None or not self.items:
+        elif self._text is not None or len(self.items) == self._first:
             self._close_text()
         return self._take()
 
@@ -282,7 +285,7 @@ class OutputBuilder:
     @property
     def message_text(self) -> str | None:
         """The text of the answer's message, if it has one."""
-        for item in self.items:
+        for item in self.items[self._first :]:
             if isinstance(item, OutputMessage) and item.content:
                 return item.content[0].text
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import replace
 from typing import Literal
 
 from ..engine.backend import GenerationBackend
@@ -37,7 +38,13 @@ from ..protocol.events import (
     ResponseIncomplete,
     ResponseInProgress,
 )
-from ..protocol.items import InputItem
+from ..protocol.items import (
+    InputItem,
+    McpApprovalResponse,
+    OutputFunctionCall,
+    OutputItem,
+    as_input_item,
+)
 from ..protocol.models import EXTENSION_KEY, ModelCapability
 from ..protocol.prediction import UsageExtension, speculation_of
 from ..protocol.requests import JsonSchemaFormat, ResponseRequest, keep_alive_extension
@@ -53,6 +60,8 @@ from .decoding import DecodingPlan, breach, plan
 from .engine_errors import engine_problem
 from .history import ResponseHistory
 from .logprobs import wire_logprobs
+from .mcp.offer import MAX_ROUNDS, McpEvents, McpOffer, opening_events
+from .mcp.servers import McpServers
 from .models import ModelDirectory
 from .output import ContentMode, OutputBuilder
 from .queue import ModelQueue, Ticket
@@ -82,6 +91,7 @@ class ResponseService:
         *,
         max_queued: int = 64,
         usage: UsageRecords | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.models = models
         self.engine = engine
@@ -90,6 +100,8 @@ class ResponseService:
         self.usage = usage
         self.history = ResponseHistory(records)
         self.queue = ModelQueue(max_queued)
+        #: The MCP servers a request's ``mcp`` tools name (``None``: none are run here).
+        self.mcp = mcp
 
     def owner(self, response_id: str) -> str | None:
         """Whose stored response (or task's response) ``response_id`` is, for an admin reaching
@@ -97,14 +109,15 @@ class ResponseService:
         return None if self.records is None else self.records.owner(response_id)
 
     async def start(self, request: ResponseRequest, owner: str = OWNER) -> ResponseRun:
-        """Check the request against its model and render its prompt, before any generation."""
-        entry, prompt, context, decoding = await self._render(request, owner)
-        return await self._run(request, entry, prompt, owner, context, decoding)
+        """Check the request against its model and render its prompt, before any generation
+        (the servers of its MCP tools are listed now: the prompt offers their tools)."""
+        entry, prompt, context, decoding, offer = await self._render(request, owner)
+        return await self._run(request, entry, prompt, owner, context, decoding, mcp=offer)
 
     async def count(self, request: ResponseRequest, owner: str = OWNER) -> int:
         """The tokens of the prompt ``request`` renders, generating nothing (Anthropic's
         ``count_tokens``); whether it fits the model's window is not checked."""
-        _, prompt, _, _ = await self._render(request, owner)
+        _, prompt, _, _, _ = await self._render(request, owner)
         if prompt.bound is None or prompt.counter is None:
             return prompt.length
         try:
@@ -114,13 +127,15 @@ class ResponseService:
 
     async def _render(
         self, request: ResponseRequest, owner: str
-    ) -> tuple[ModelEntry, Prompt, list[InputItem], DecodingPlan]:
-        """The request's model, prompt, conversation and decoding, checked against its model."""
+    ) -> tuple[ModelEntry, Prompt, list[InputItem], DecodingPlan, McpOffer | None]:
+        """The request's model, prompt, conversation, decoding and MCP tools, checked against
+        its model."""
         entry = self.models.entry(request.model)
         self._check_capabilities(request, entry)
         history = self.history
         context = [*history.previous(request, owner), *history.resolved(request.input, owner)]
-        decoding = plan(request)
+        offer = await self._offer(request, context)
+        decoding = plan(offer.expanded if offer is not None else request)
         messages = with_instructions(chat_messages(context), request.instructions)
         try:
             prompt = await self.engine.render(entry, messages, decoding.tools, decoding.constraint)
@@ -130,7 +145,16 @@ class ResponseService:
             raise LmspError("invalid_request", str(exc), param=decoding.constraint_param) from None
         except EngineError as exc:
             raise engine_problem(exc) from None
-        return entry, prompt, context, decoding
+        return entry, prompt, context, decoding, offer
+
+    async def _offer(self, request: ResponseRequest, context: list[InputItem]) -> McpOffer | None:
+        """The MCP side of ``request`` (11.6), if it has one."""
+        answers = any(isinstance(item, McpApprovalResponse) for item in request.input)
+        if not request.mcp_tools() and not answers:
+            return None
+        if self.mcp is None:
+            raise LmspError("invalid_request", "this service runs no MCP servers", param="tools")
+        return await McpOffer.prepare(self.mcp, request, context)
 
     async def start_text(
         self,
@@ -162,6 +186,7 @@ class ResponseService:
         context: list[InputItem],
         decoding: DecodingPlan,
         priority: bool = False,
+        mcp: McpOffer | None = None,
     ) -> ResponseRun:
         """The run of a rendered prompt, once it fits its window and its model and line have
         room for it."""
@@ -180,6 +205,7 @@ class ResponseService:
             keep_alive=keep_alive,
             priority=priority,
             speculation=speculation,
+            mcp=mcp,
         )
 
     async def _check_window(
@@ -316,31 +342,92 @@ class ResponseService:
 
         yield event(ResponseCreated(response_id=run.id, response=run.response()))
         yield event(ResponseInProgress(response_id=run.id, response=run.response()))
-        output = OutputBuilder(
-            run.id,
-            run.plan.mode,
-            tools=run.plan.callable_tools,
-            reasoning=self.engine.thinks(run.entry) and not run.prompt.raw,
-            thinking_open=run.prompt.text.rstrip().endswith(THINK_OPEN),
-            max_calls=1 if run.request.parallel_tool_calls is False else None,
-            logprobs=run.request.logprobs() is not None,
-        )
-        run.output = output.items  # the response as it stands shows the items so far
+        items: list[OutputItem] = []
+        run.output = items  # the response as it stands shows the items so far
+        offer, decoding = run.mcp, run.plan
+        prompt: Prompt | None = run.prompt
+        if offer is not None:  # its listings, then the calls the user approved
+            async for data in opening_events(offer, run.id, items):
+                yield event(data)
+            if offer.approved:
+                prompt = await self._again(run, decoding)
+        done: GenerationDone | None = None
+        reasoning_tokens = 0
+        while prompt is not None:
+            output = OutputBuilder(
+                run.id,
+                decoding.mode,
+                tools=decoding.callable_tools,
+                reasoning=self.engine.thinks(run.entry) and not prompt.raw,
+                thinking_open=prompt.text.rstrip().endswith(THINK_OPEN),
+                max_calls=1 if run.request.parallel_tool_calls is False else None,
+                logprobs=run.request.logprobs() is not None,
+                items=items,
+            )
+            calls = McpEvents(offer, run.id, items) if offer is not None else None
+            spent = done
+            done = None
+            async for piece in self._round(run, prompt, decoding, output, cancel, spent):
+                if isinstance(piece, GenerationDone):
+                    done = _added(spent, piece)
+                    continue
+                async for translated in _through(calls, piece):
+                    yield event(translated)
+            reasoning_tokens += output.reasoning_tokens
+            prompt = None
+            if offer is not None and calls is not None and _continues(calls, done, items):
+                offer.rounds += 1
+                decoding = plan(offer.after_calls, last=offer.rounds >= MAX_ROUNDS)
+                prompt = await self._again(run, decoding)
+                if prompt is None:
+                    done = None
+        run.output = list(items)
+        if done is not None:
+            run.usage = Usage(
+                input_tokens=done.prompt_tokens,
+                output_tokens=done.output_tokens,
+                total_tokens=done.prompt_tokens + done.output_tokens,
+                input_tokens_details=InputTokensDetails(cached_tokens=done.cached_tokens),
+                output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens),
+                extensions=_draft_usage(done, predicted=run.speculation.prediction is not None),
+            )
+            if done.reason == "stop":
+                run.error = breach(run.plan, output)
+        if run.error is not None:
+            run.status = "failed"
+            problem = run.error.to_problem()
+            yield event(ResponseFailed(response_id=run.id, error=problem, response=run.response()))
+            return
+        assert done is not None
+        yield event(self._final(run, done))
+
+    async def _round(
+        self,
+        run: ResponseRun,
+        prompt: Prompt,
+        decoding: DecodingPlan,
+        output: OutputBuilder,
+        cancel: CancelToken,
+        spent: GenerationDone | None,
+    ) -> AsyncIterator[EventData | GenerationDone]:
+        """One generation of the model: its items' events, then how it ended (nothing when it
+        failed: ``run.error`` says why)."""
         prediction = run.speculation.prediction
+        budget = run.request.max_output_tokens or self.engine.context_length(run.entry)
         params = SamplingParams(
-            max_tokens=run.request.max_output_tokens or self.engine.context_length(run.entry),
+            max_tokens=budget - (spent.output_tokens if spent is not None else 0),
             temperature=run.request.temperature,
             top_p=run.request.top_p,
             top_k=run.request.top_k,
             min_p=run.request.min_p,
             seed=run.request.seed,
             stop=run.request.stop_sequences(),
-            schema=run.plan.constraint,
+            schema=decoding.constraint,
             frequency_penalty=run.request.frequency_penalty or 0.0,
             presence_penalty=run.request.presence_penalty or 0.0,
             top_logprobs=run.request.logprobs(),
-            forced_tools=tuple(tool.name for tool in run.plan.callable_tools)
-            if run.plan.mode is ContentMode.FORCED_CALL
+            forced_tools=tuple(tool.name for tool in decoding.callable_tools)
+            if decoding.mode is ContentMode.FORCED_CALL
             else (),
             prediction=prediction.text() if prediction is not None else None,
             speculation=run.speculation.speculation,
@@ -348,19 +435,19 @@ class ResponseService:
         done: GenerationDone | None = None
         pending: list[EventData] = []
         try:
-            async for generated in self.engine.generate(run.entry, run.prompt, params, cancel):
+            async for generated in self.engine.generate(run.entry, prompt, params, cancel):
                 if isinstance(generated, TextDelta):
                     pending = output.feed(generated.text, wire_logprobs(generated.logprobs))
                     for data in pending:
-                        yield event(data)
+                        yield data
                 elif isinstance(generated, ReasoningDelta):
                     for data in output.feed_reasoning(generated.text):
-                        yield event(data)
+                        yield data
                 elif isinstance(generated, ToolCallDelta):
                     for data in output.feed_call(
                         generated.index, generated.name, generated.arguments
                     ):
-                        yield event(data)
+                        yield data
                 else:
                     done = generated
             pending = output.finish(incomplete=done.reason != "stop") if done is not None else []
@@ -378,26 +465,25 @@ class ResponseService:
                 log.exception("response %s: its open items cannot be closed", run.id)
                 pending = []
         for data in pending:
-            yield event(data)
-        run.output = list(output.items)
+            yield data
         if done is not None:
-            run.usage = Usage(
-                input_tokens=done.prompt_tokens,
-                output_tokens=done.output_tokens,
-                total_tokens=done.prompt_tokens + done.output_tokens,
-                input_tokens_details=InputTokensDetails(cached_tokens=done.cached_tokens),
-                output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens),
-                extensions=_draft_usage(done, predicted=prediction is not None),
+            yield done
+
+    async def _again(self, run: ResponseRun, decoding: DecodingPlan) -> Prompt | None:
+        """The prompt of the model's next round: the conversation with the response's items
+        so far (MCP calls and their outputs); ``None`` when it cannot be rendered
+        (``run.error`` says why)."""
+        context = [*run.context, *map(as_input_item, run.output)]
+        messages = with_instructions(chat_messages(context), run.request.instructions)
+        try:
+            return await self.engine.render(
+                run.entry, messages, decoding.tools, decoding.constraint
             )
-            if done.reason == "stop":
-                run.error = breach(run.plan, output)
-        if run.error is not None:
-            run.status = "failed"
-            problem = run.error.to_problem()
-            yield event(ResponseFailed(response_id=run.id, error=problem, response=run.response()))
-            return
-        assert done is not None
-        yield event(self._final(run, done))
+        except (ChatTemplateError, GrammarError) as exc:
+            run.error = LmspError("generation_failed", str(exc))
+        except EngineError as exc:
+            run.error = engine_problem(exc)
+        return None
 
     @staticmethod
     def _final(run: ResponseRun, done: GenerationDone) -> EventData:
@@ -424,6 +510,41 @@ class ResponseService:
         if run.error is not None:
             raise run.error
         return run.response()
+
+
+async def _through(calls: McpEvents | None, data: EventData) -> AsyncIterator[EventData]:
+    """``data`` as the response shows it: a call of an MCP tool as its MCP item."""
+    if calls is None:
+        yield data
+        return
+    async for translated in calls.translate(data):
+        yield translated
+
+
+def _continues(calls: McpEvents, done: GenerationDone | None, items: list[OutputItem]) -> bool:
+    """Whether the model goes on after a round: it called MCP tools that ran, and nothing
+    waits (for approval, or for the client's function outputs)."""
+    if done is None:
+        return False
+    waits_for_client = any(isinstance(item, OutputFunctionCall) for item in items)
+    return calls.ran > 0 and not calls.waiting and not waits_for_client and done.reason == "stop"
+
+
+def _added(spent: GenerationDone | None, done: GenerationDone) -> GenerationDone:
+    """``done`` with the tokens of the rounds before it (``spent``) added."""
+    if spent is None:
+        return done
+    return replace(
+        done,
+        prompt_tokens=spent.prompt_tokens + done.prompt_tokens,
+        output_tokens=spent.output_tokens + done.output_tokens,
+        cached_tokens=spent.cached_tokens + done.cached_tokens,
+        accepted_draft_tokens=spent.accepted_draft_tokens + done.accepted_draft_tokens,
+        accepted_prediction_tokens=spent.accepted_prediction_tokens
+        + done.accepted_prediction_tokens,
+        rejected_prediction_tokens=spent.rejected_prediction_tokens
+        + done.rejected_prediction_tokens,
+    )
 
 
 def _draft_usage(

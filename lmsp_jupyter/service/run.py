@@ -14,9 +14,10 @@ from ..protocol.errors import LmspError
 from ..protocol.ids import new_id
 from ..protocol.items import InputItem, OutputItem
 from ..protocol.prediction import Speculation
-from ..protocol.requests import JsonSchemaFormat, ResponseRequest
+from ..protocol.requests import FunctionTool, JsonSchemaFormat, McpTool, ResponseRequest
 from ..protocol.responses import IncompleteDetails, Response, ResponseStatus, Usage
 from .decoding import DecodingPlan
+from .mcp.offer import McpOffer
 from .queue import Ticket
 
 #: The owner of requests made with the Jupyter server's own credentials.
@@ -47,6 +48,8 @@ class ResponseRun:
     ticket: Ticket | None = None
     #: Whether it goes before the others waiting for its model (:meth:`.ModelQueue.join`).
     priority: bool = False
+    #: Its MCP tools (11.6), if it has any.
+    mcp: McpOffer | None = None
 
     def response(self) -> Response:
         """The response object as it stands, with the settings of its request (11.4)."""
@@ -62,7 +65,7 @@ class ResponseRun:
             incomplete_details=self.incomplete_details,
             instructions=request.instructions,
             metadata=request.metadata or {},
-            tools=[tool.model_dump(exclude_none=True) for tool in request.tools or []],
+            tools=[_tool(tool) for tool in request.tools or []],
             tool_choice=_dump(request.tool_choice or "auto"),
             temperature=request.temperature,
             top_p=request.top_p,
@@ -73,6 +76,13 @@ class ResponseRun:
             parallel_tool_calls=request.parallel_tool_calls is not False,
             text={"format": _text_format(request)},
         )
+
+
+def _tool(tool: FunctionTool | McpTool) -> dict[str, Any]:
+    """A tool as the response shows it: an MCP tool's ``headers`` (credentials) left out."""
+    return tool.model_dump(
+        exclude_none=True, exclude={"headers"} if isinstance(tool, McpTool) else None
+    )
 
 
 def _dump(value: str | BaseModel) -> str | dict[str, Any]:

@@ -33,6 +33,7 @@ class Turn:
 
     deltas: tuple[str, ...] = ()
     calls: tuple[tuple[str, str], ...] = ()  # (name, arguments)
+    items: tuple[OutputItem, ...] = ()  # output items after the calls (MCP items)
     delay: float = 0.0  # seconds before each delta
     hold: threading.Event | None = None  # the round ends only once this is set (or cancelled)
 
@@ -126,6 +127,11 @@ class ScriptedClient:
             output.append(call)
             yield events.next(
                 OutputItemDone(response_id=response_id, output_index=index, item=call)
+            )
+        for index, item in enumerate(turn.items, len(output)):
+            output.append(item)
+            yield events.next(
+                OutputItemDone(response_id=response_id, output_index=index, item=item)
             )
         if turn.hold is not None:
             turn.hold.wait(10)

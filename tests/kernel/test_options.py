@@ -210,10 +210,11 @@ def test_tool_choices(choice: str) -> None:
         ("--json tone Go", "--json: 'tone' is neither a JSON Schema dict nor a pydantic model"),
         ("--tools nope Go", "--tools: 'nope' names nothing"),
         ("--tools tone Go", "--tools: 'tone' names no function decorated with @tool"),
-        ("--tool-choice required Go", "--tool-choice required needs --tools"),
+        ("--tool-choice required Go", "--tool-choice required needs --tools or --mcp"),
         (
             "--tools weather --tool-choice clock Go",
-            "--tool-choice 'clock' is not auto, required, none or one of --tools",
+            "--tool-choice 'clock' is not auto, required, none, one of --tools "
+            "or LABEL:TOOL of --mcp",
         ),
     ],
 )

@@ -98,7 +98,7 @@ def test_settings_map_onto_the_response_request() -> None:
     )
     assert request.stop == ["\n"]
     assert request.tool_choice == NamedToolChoice(type="function", name="f")
-    assert request.tools is not None and request.tools[0].name == "f"
+    assert request.function_tools()[0].name == "f"
     assert request.parallel_tool_calls is False
     assert isinstance(request.response_format, JsonSchemaFormat)
     assert request.response_format.json_schema.schema_ == {"type": "object"}

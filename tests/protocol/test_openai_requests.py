@@ -172,7 +172,7 @@ def test_text_format_and_a_different_response_format_are_invalid_request() -> No
 
 def test_strict_on_a_function_tool_is_accepted() -> None:
     parsed = parse_response_request(request(tools=[{**TOOL, "strict": True}]))
-    assert parsed.tools is not None and parsed.tools[0].strict is True
+    assert parsed.function_tools()[0].strict is True
 
 
 def test_tool_choice_allowed_tools_is_accepted() -> None:

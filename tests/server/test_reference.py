@@ -13,6 +13,7 @@ from lmsp_jupyter.server.app import LmspApp
 from lmsp_jupyter.server.reference import reference
 from lmsp_jupyter.server.task_store import TaskStore
 from lmsp_jupyter.service.anthropic import AnthropicModels
+from lmsp_jupyter.service.mcp import McpServers
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -40,6 +41,7 @@ def test_every_configurable_trait_has_one_section_with_its_help() -> None:
         (EngineRouter, 3),
         (TaskStore, 9),
         (AnthropicModels, 1),
+        (McpServers, 5),
     )
     for cls, count in counts:
         own = cls.class_own_traits(config=True)

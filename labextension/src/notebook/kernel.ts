@@ -21,6 +21,8 @@ export type KernelRequest =
       decision: 'approve' | 'deny';
       /** What JupyterLab did for an approved notebook tool's call: the call's output. */
       output?: string;
+      /** An approved MCP call's tool needs no approval for the rest of the kernel session. */
+      always?: boolean;
     }
   | { type: 'stop'; ask_id: string };
 

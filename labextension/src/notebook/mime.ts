@@ -56,7 +56,7 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
     this._view = new AnswerView(
       {
         stop: () => void this._stop(),
-        decide: (callId, decision) => void this._decide(callId, decision)
+        decide: (callId, decision, always) => void this._decide(callId, decision, always)
       },
       { trans }
     );
@@ -197,9 +197,13 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
   /**
    * Send a decision to the kernel. Approving a notebook tool's call first performs it on
    * this view's notebook (`tools.ts`) and sends what it did as the call's output;
-   * a denial changes nothing.
+   * a denial changes nothing. `always` approves an MCP call's tool for the kernel session.
    */
-  private async _decide(callId: string, decision: 'approve' | 'deny'): Promise<void> {
+  private async _decide(
+    callId: string,
+    decision: 'approve' | 'deny',
+    always = false
+  ): Promise<void> {
     const state = this._view.answer.state;
     const call = state?.tool_calls[callId];
     let output: string | undefined;
@@ -221,7 +225,8 @@ export class TaskRenderer extends Widget implements IRenderMime.IRenderer {
       ask_id: state?.ask_id ?? '',
       call_id: callId,
       decision,
-      ...(output === undefined ? {} : { output })
+      ...(output === undefined ? {} : { output }),
+      ...(always ? { always } : {})
     });
     this._awaitNextRound(callId, decision);
   }

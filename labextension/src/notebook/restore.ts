@@ -12,8 +12,8 @@ import {
   type IAnswerState,
   type AnswerStatus,
   type ILmspTask,
-  type IOutputFunctionCall,
-  type IResponse
+  type IResponse,
+  type IToolCallState
 } from '../protocol/types';
 
 /** What the plan needs to know of one output of a cell. */
@@ -100,17 +100,26 @@ export function planRestorations(
   return plan;
 }
 
-/** The function calls a response ended with. */
-function functionCalls(response: IResponse): IOutputFunctionCall[] {
-  return response.output.filter(
-    (item): item is IOutputFunctionCall => item.type === 'function_call'
-  );
+/** The calls a response ended with, by the id their decision goes by, each pending: function
+ * calls and MCP calls waiting for approval. */
+function pendingCalls(response: IResponse): [string, IToolCallState][] {
+  return response.output.flatMap((item): [string, IToolCallState][] => {
+    const pending = { decision: 'pending' as const, output: null };
+    if (item.type === 'function_call') {
+      return [[item.call_id, { name: item.name, arguments: item.arguments, ...pending }]];
+    }
+    if (item.type === 'mcp_approval_request') {
+      const call = { name: item.name, arguments: item.arguments, server_label: item.server_label };
+      return [[item.id, { ...call, ...pending }]];
+    }
+    return [];
+  });
 }
 
 /**
  * The output of an ask from its tasks (oldest first): live if the last one still runs. An ask
- * whose last round completed with function calls, and has no round after it, waits on its
- * kernel for them: it comes back waiting for a decision (`requires_action`), each call
+ * whose last round completed with function calls or MCP approval requests, and has no round
+ * after it, waits on its kernel for them: it comes back waiting for a decision (`requires_action`), each call
  * `pending` with its Approve and Deny, which the kernel takes if it still has the ask (a call
  * the kernel runs or has decided on meanwhile ignores the click).
  */
@@ -118,18 +127,13 @@ function restoration(cellId: string, askId: string, rounds: ILmspTask[]): IResto
   const last = rounds[rounds.length - 1];
   const result = last.result;
   const running = isRunning(last);
-  const calls = !running && result?.status === 'completed' ? functionCalls(result) : [];
+  const calls = !running && result?.status === 'completed' ? pendingCalls(result) : [];
   const status: AnswerStatus = running
     ? 'in_progress'
     : calls.length > 0
       ? 'requires_action'
       : (result?.status ?? last.status);
-  const toolCalls = Object.fromEntries(
-    calls.map(call => [
-      call.call_id,
-      { name: call.name, arguments: call.arguments, decision: 'pending' as const, output: null }
-    ])
-  );
+  const toolCalls = Object.fromEntries(calls);
   const state: IAnswerState = {
     version: 1,
     ask_id: askId,

@@ -4,7 +4,7 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { formatRate, outputRate, roundRate } from '../render/rates';
-import type { ILmspModel, ILmspTask } from '../protocol/types';
+import type { ILmspMcpServer, ILmspModel, ILmspTask } from '../protocol/types';
 
 /** `253 MB`, `1.2 GB`: sizes the way disks count them. */
 export function formatBytes(bytes: number): string {
@@ -58,4 +58,21 @@ export function taskRate(task: ILmspTask, trans: TranslationBundle): ITaskRate {
     text: rate !== null ? formatRate(rate) : `>${formatRate(tokens, 0)}`,
     title: trans.__('Output tokens ÷ (completed_at − started_at), in whole seconds')
   };
+}
+
+/** An MCP server's status badge: its state, or `disabled`. */
+export function mcpServerStatus(server: ILmspMcpServer): string {
+  return server.disabled ? 'disabled' : server.state;
+}
+
+/** The details line of an MCP server: its transport and how many tools it offers (once the
+ * service has listed them, which it does when the server first runs). */
+export function mcpServerDetails(server: ILmspMcpServer): string[] {
+  const tools = server.tools;
+  return [
+    server.transport,
+    tools === null
+      ? 'tools listed once it runs'
+      : `${tools.length} ${tools.length === 1 ? 'tool' : 'tools'}`
+  ];
 }

@@ -5,8 +5,8 @@
  */
 import { Signal, type ISignal } from '@lumino/signaling';
 
-import { listModels, listTasks } from '../protocol/api';
-import type { ILmspModels, ILmspTask } from '../protocol/types';
+import { listMcpServers, listModels, listTasks } from '../protocol/api';
+import type { ILmspMcpServer, ILmspModels, ILmspTask } from '../protocol/types';
 
 const POLL_MS = 2000;
 const RECENT_TASKS = 20;
@@ -63,6 +63,9 @@ export interface IServiceSnapshot {
   generating: boolean;
   /** The newest tasks, newest first, while a watcher wants them; else null. */
   recent: ILmspTask[] | null;
+  /** The MCP servers, while a watcher wants the recent tasks; null then from a service
+   * without MCP. */
+  mcpServers: ILmspMcpServer[] | null;
 }
 
 /** Polls the service while anyone watches, and tells every watcher what it found. */
@@ -108,12 +111,14 @@ export class ServiceMonitor {
   /** Ask the service now, out of turn; watchers hear of it through the signals. */
   async refresh(): Promise<void> {
     try {
-      const [models, running, recent] = await Promise.all([
+      const panel = this._recentWatchers > 0;
+      const [models, running, recent, mcpServers] = await Promise.all([
         listModels(),
         listTasks({ status: 'in_progress', limit: 1 }),
-        this._recentWatchers > 0 ? listTasks({ limit: RECENT_TASKS }) : null
+        panel ? listTasks({ limit: RECENT_TASKS }) : null,
+        panel ? listMcpServers() : null
       ]);
-      this._changed.emit({ models, generating: running.length > 0, recent });
+      this._changed.emit({ models, generating: running.length > 0, recent, mcpServers });
     } catch (reason) {
       this._failed.emit(reason as Error);
     }

@@ -1,7 +1,8 @@
 /**
  * The LMSP side panel: the models on this machine (loading, loaded with their memory and the
- * time until they are unloaded when idle, a Load or Unload button) and the Jupyter user's
- * recent tasks, with a Cancel button for each task that is still queued or running.
+ * time until they are unloaded when idle, a Load or Unload button), the Jupyter user's
+ * recent tasks, with a Cancel button for each task that is still queued or running, and the
+ * MCP servers the service runs for `--mcp` (their state, a failed one's error, their tools).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ITranslator, type TranslationBundle } from '@jupyterlab/translation';
@@ -10,8 +11,10 @@ import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { cancelTask, changeModel } from '../protocol/api';
+import { McpServerList } from './mcpservers';
 import { formatBytes, modelDetails, taskRate } from './models';
 import { sharedMonitor, type IServiceSnapshot, type ServiceMonitor } from './monitor';
+import { listRow, rowsOrEmpty } from './panelrows';
 import { isRunning, type ILmspModel, type ILmspModels, type ILmspTask } from '../protocol/types';
 import { element } from '../render/dom';
 import { extensionBundle } from '../translation';
@@ -52,36 +55,12 @@ export function expiryText(expiresAt: number | null | undefined, nowSeconds: num
   return left > 0 ? `unloads in ${formatDuration(left)} if idle` : 'unloading';
 }
 
-/** The rows of a list, or one row saying it is `empty`. */
-function rowsOrEmpty(rows: HTMLLIElement[], empty: string): HTMLLIElement[] {
-  return rows.length ? rows : [element('li', 'lmsp-panel-empty', empty)];
-}
-
-/**
- * A model's or a task's row (`data-model-id` or `data-task-id`, `data-status`) and its first
- * line: the id and a status badge; the caller adds buttons to the line and details below.
- */
-function listRow(
-  kind: 'model' | 'task',
-  id: string,
-  status: string
-): { row: HTMLLIElement; line: HTMLDivElement } {
-  const row = element('li', `lmsp-panel-${kind}`);
-  row.dataset[`${kind}Id`] = id;
-  row.dataset.status = status;
-  const line = element('div', 'lmsp-panel-line');
-  line.append(
-    element(kind === 'task' ? 'code' : 'span', `lmsp-panel-${kind}-id`, id),
-    element('span', `lmsp-panel-badge lmsp-panel-status-${status}`, status)
-  );
-  return { row, line };
-}
-
 /** The side panel widget; it polls only while it is visible. */
 export class LmspPanel extends Widget {
   private readonly modelList = element('ul', 'lmsp-panel-models');
   private readonly notices = element('ul', 'lmsp-panel-notices');
   private readonly taskList = element('ul', 'lmsp-panel-tasks');
+  private readonly mcpServers: McpServerList;
   private readonly error = element('div', 'lmsp-panel-error');
   private readonly monitor: ServiceMonitor;
   private readonly trans: TranslationBundle;
@@ -102,6 +81,7 @@ export class LmspPanel extends Widget {
     this.addClass('lmsp-panel');
     this.title.icon = lmspIcon;
     this.title.caption = trans.__('LMSP');
+    this.mcpServers = new McpServerList(trans);
     const header = element('div', 'lmsp-panel-header');
     header.append(element('h2', 'lmsp-panel-title', trans.__('LMSP')));
     const refresh = element('button', 'jp-Button jp-mod-minimal lmsp-panel-refresh', '⟳');
@@ -115,7 +95,8 @@ export class LmspPanel extends Widget {
       this.notices,
       this.modelList,
       element('h3', 'lmsp-panel-section', trans.__('Tasks')),
-      this.taskList
+      this.taskList,
+      this.mcpServers.node
     );
   }
 
@@ -146,13 +127,14 @@ export class LmspPanel extends Widget {
     this.unwatch = null;
   }
 
-  private onSnapshot(_: ServiceMonitor, { models, recent }: IServiceSnapshot): void {
+  private onSnapshot(_: ServiceMonitor, { models, recent, mcpServers }: IServiceSnapshot): void {
     if (recent === null || !this.isVisible) {
       return; // a poll for the status bar alone, or the panel is hidden
     }
     this.error.textContent = '';
     this.showModels(models);
     this.showTasks(recent);
+    this.mcpServers.show(mcpServers);
     this.showCountdowns();
   }
 

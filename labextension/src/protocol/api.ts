@@ -6,7 +6,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { ILmspModel, ILmspModels, ILmspTask } from './types';
+import type { ILmspMcpServer, ILmspModel, ILmspModels, ILmspTask } from './types';
 
 /** A failed request: the HTTP status and, when the service sent a problem, its code. */
 export class LmspRequestError extends Error {
@@ -100,4 +100,17 @@ export async function cancelTask(taskId: string): Promise<ILmspTask> {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' }
   });
+}
+
+/** `GET lmsp/v1/mcp/servers`: the MCP servers the service runs; null from a service without
+ * MCP (404). */
+export async function listMcpServers(): Promise<ILmspMcpServer[] | null> {
+  try {
+    return (await request<{ data: ILmspMcpServer[] }>(['mcp', 'servers'])).data;
+  } catch (error) {
+    if (error instanceof LmspRequestError && error.status === 404) {
+      return null;
+    }
+    throw error;
+  }
 }

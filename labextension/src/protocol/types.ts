@@ -73,7 +73,60 @@ export interface IOutputReasoning {
   summary: { type: 'summary_text'; text: string }[];
 }
 
-export type OutputItem = IOutputMessage | IOutputFunctionCall | IOutputReasoning;
+/** A tool an MCP server offers (11.6). */
+export interface IMcpTool {
+  name: string;
+  description?: string | null;
+  input_schema?: Record<string, unknown>;
+}
+
+/** The tools of an MCP server the service offered the model (11.6). */
+export interface IOutputMcpListTools {
+  type: 'mcp_list_tools';
+  id: string;
+  server_label: string;
+  tools: IMcpTool[];
+  error?: string | null;
+}
+
+/** A call the service ran on an MCP server: its output, or its error (11.6). */
+export interface IOutputMcpCall {
+  type: 'mcp_call';
+  id: string;
+  server_label: string;
+  name: string;
+  arguments: string;
+  output?: string | null;
+  error?: string | Record<string, unknown> | null;
+  approval_request_id?: string | null;
+}
+
+/** An MCP call that waits for the client's approval (11.6). */
+export interface IOutputMcpApprovalRequest {
+  type: 'mcp_approval_request';
+  id: string;
+  server_label: string;
+  name: string;
+  arguments: string;
+}
+
+export type OutputItem =
+  | IOutputMessage
+  | IOutputFunctionCall
+  | IOutputReasoning
+  | IOutputMcpListTools
+  | IOutputMcpCall
+  | IOutputMcpApprovalRequest;
+
+/** The output item types a view shows. */
+export const OUTPUT_ITEM_TYPES: ReadonlySet<string> = new Set([
+  'message',
+  'reasoning',
+  'function_call',
+  'mcp_list_tools',
+  'mcp_call',
+  'mcp_approval_request'
+]);
 
 /** A response object (6.2). */
 export interface IResponse {
@@ -103,6 +156,8 @@ export interface IToolCallState {
   output: string | null;
   /** `notebook`: a notebook tool, which JupyterLab performs on approval (absent: kernel). */
   runs_in?: 'kernel' | 'notebook';
+  /** The MCP server of an MCP call waiting for approval (absent: a function call). */
+  server_label?: string;
 }
 
 /** One task of an ask; `response` is null while it runs. */
@@ -185,6 +240,17 @@ export interface ILmspTask {
   error?: IProblem | null;
   /** The request's metadata: where a kernel's ask came from (notebook, cell, kernel, ask). */
   metadata?: Record<string, string>;
+}
+
+/** An MCP server the service runs (`GET lmsp/v1/mcp/servers`). */
+export interface ILmspMcpServer {
+  label: string;
+  transport: 'stdio' | 'http' | 'sse';
+  state: 'stopped' | 'running' | 'failed';
+  error: string | null;
+  disabled: boolean;
+  /** Null while the service has not listed them (a server not started yet). */
+  tools: IMcpTool[] | null;
 }
 
 /** A task that has not reached a final status yet. */

@@ -1,7 +1,9 @@
 /**
  * The DOM of a round's output items, updated in place: a running message gets its deltas
  * appended to a text node and its Markdown re-rendered at most once per frame; a function
- * call shows its arguments, output and, while it waits for the user, Approve and Deny. With
+ * call shows its arguments, output and, while it waits for the user, Approve and Deny (an
+ * MCP call's approval request also "Always for this tool"); a call the service ran on an MCP
+ * server shows its output or error, and the tools an MCP server listed show folded. With
  * `shading` on, a message that has logprobs shows its tokens shaded by probability instead.
  */
 import { renderMarkdown, textEnd } from './markdown';
@@ -44,6 +46,27 @@ function prettyArguments(text: string): string {
   }
 }
 
+/** Sends a click on Approve or Deny; `always` approves an MCP tool for the kernel session. */
+export type DecideAction = (callId: string, decision: 'approve' | 'deny', always?: boolean) => void;
+
+/** A call's head: what it is, the MCP server it belongs to (if any), the tool's name. */
+function callHead(label: string, item: IItemView): HTMLElement {
+  const head = element('div', 'lmsp-call-head');
+  head.append(element('span', 'lmsp-call-label', label));
+  if (item.serverLabel !== undefined) {
+    head.append(element('span', 'lmsp-call-server', item.serverLabel));
+  }
+  head.append(element('code', 'lmsp-call-name', item.name ?? ''));
+  return head;
+}
+
+/** A labelled block of text under a call: its output or its error. */
+function outputBlock(label: string, text: string, className = 'lmsp-call-output'): HTMLElement {
+  const block = element('div', className);
+  block.append(element('div', 'lmsp-call-output-label', label), element('pre', '', text));
+  return block;
+}
+
 /** The items of every round of one view; `decide` sends a click on Approve or Deny. */
 export class ItemsDom {
   /** Whether Approve and Deny may be clicked. */
@@ -51,16 +74,13 @@ export class ItemsDom {
   /** Whether messages with logprobs show their tokens shaded by probability. */
   shading = false;
 
-  private readonly _decide: (callId: string, decision: 'approve' | 'deny') => void;
+  private readonly _decide: DecideAction;
   private readonly _requestFrame: (callback: () => void) => void;
   private readonly _sent = new Set<string>();
   private readonly _dirtyMessages = new Set<IMessageDom>();
   private _frameRequested = false;
 
-  constructor(
-    decide: (callId: string, decision: 'approve' | 'deny') => void,
-    requestFrame: (callback: () => void) => void
-  ) {
+  constructor(decide: DecideAction, requestFrame: (callback: () => void) => void) {
     this._decide = decide;
     this._requestFrame = requestFrame;
   }
@@ -94,6 +114,10 @@ export class ItemsDom {
         this._updateMessage(itemDom.message!, item);
       } else if (item.type === 'reasoning') {
         this._updateReasoning(itemDom, item);
+      } else if (item.type === 'mcp_list_tools') {
+        this._updateMcpTools(itemDom, item);
+      } else if (item.type === 'mcp_call') {
+        this._updateMcpCall(itemDom, item);
       } else {
         this._updateCall(itemDom, item, round, item.callId ? calls[item.callId] : undefined);
       }
@@ -124,8 +148,11 @@ export class ItemsDom {
       node.dataset.itemId = item.id;
       return { node, key: '', body };
     }
-    const node = element('div', 'lmsp-call');
-    node.dataset.type = 'function_call';
+    const node =
+      item.type === 'mcp_list_tools'
+        ? element('details', 'lmsp-mcp-tools')
+        : element('div', item.type === 'mcp_call' ? 'lmsp-call lmsp-mcp-call' : 'lmsp-call');
+    node.dataset.type = item.type;
     node.dataset.itemId = item.id;
     return { node, key: '' };
   }
@@ -234,13 +261,12 @@ export class ItemsDom {
     node.dataset.decision = decision;
     // a notebook tool changes the notebook once approved (JupyterLab performs it)
     const notebook = call?.runs_in === 'notebook';
-    node.dataset.runsIn = notebook ? 'notebook' : 'kernel';
-    const head = element('div', 'lmsp-call-head');
-    head.append(
-      element('span', 'lmsp-call-label', notebook ? 'Notebook tool' : 'Function call'),
-      element('code', 'lmsp-call-name', item.name ?? ''),
-      element('span', `lmsp-call-decision lmsp-decision-${decision}`, decision)
-    );
+    // an MCP call runs on its server, in the service, once approved
+    const mcp = item.serverLabel !== undefined;
+    node.dataset.runsIn = notebook ? 'notebook' : mcp ? 'service' : 'kernel';
+    const label = notebook ? 'Notebook tool' : mcp ? 'MCP tool' : 'Function call';
+    const head = callHead(label, item);
+    head.append(element('span', `lmsp-call-decision lmsp-decision-${decision}`, decision));
     const args = element(
       'pre',
       'lmsp-call-arguments',
@@ -248,36 +274,81 @@ export class ItemsDom {
     );
     node.replaceChildren(head, args);
     if (call?.output !== null && call?.output !== undefined) {
-      const output = element('div', 'lmsp-call-output');
-      output.append(
-        element('div', 'lmsp-call-output-label', 'Output'),
-        element('pre', '', call.output)
-      );
-      node.append(output);
+      node.append(outputBlock('Output', call.output));
     }
     if (decision === 'pending' && call) {
-      node.append(this._decisionButtons(callId, sent));
+      node.append(this._decisionButtons(callId, sent, mcp));
     }
   }
 
-  private _decisionButtons(callId: string, sent: boolean): HTMLElement {
+  /** A call the service ran on an MCP server: its tool, arguments, and output or error. */
+  private _updateMcpCall(dom: IItemDom, item: IItemView): void {
+    const key = JSON.stringify([item.text, item.done, item.name, item.output, item.error]);
+    if (key === dom.key) {
+      return;
+    }
+    dom.key = key;
+    const failed = item.error !== null && item.error !== undefined;
+    const outcome = !item.done ? 'running' : failed ? 'error' : 'done';
+    dom.node.dataset.outcome = outcome;
+    const head = callHead('MCP call', item);
+    head.append(element('span', `lmsp-call-decision lmsp-mcp-${outcome}`, outcome));
+    const args = element('pre', 'lmsp-call-arguments', prettyArguments(item.text));
+    dom.node.replaceChildren(head, args);
+    if (failed) {
+      dom.node.append(outputBlock('Error', item.error ?? '', 'lmsp-call-error'));
+    } else if (item.output !== null && item.output !== undefined) {
+      dom.node.append(outputBlock('Output', item.output));
+    }
+  }
+
+  /** The tools an MCP server listed, folded: `files: 3 tools`, then their names. */
+  private _updateMcpTools(dom: IItemDom, item: IItemView): void {
+    const key = JSON.stringify([item.text, item.error]);
+    if (key === dom.key) {
+      return;
+    }
+    dom.key = key;
+    const names = item.text ? item.text.split(', ') : [];
+    const summary = element(
+      'summary',
+      'lmsp-mcp-tools-summary',
+      item.error
+        ? `${item.serverLabel}: cannot list its tools`
+        : `${item.serverLabel}: ${names.length} ${names.length === 1 ? 'tool' : 'tools'}`
+    );
+    const list = element('div', 'lmsp-mcp-tools-names', item.error ?? names.join(' · '));
+    dom.node.replaceChildren(summary, list);
+  }
+
+  private _decisionButtons(callId: string, sent: boolean, mcp: boolean): HTMLElement {
     const bar = element('div', 'lmsp-call-actions');
     const approve = element('button', 'lmsp-approve jp-mod-styled jp-mod-accept', 'Approve');
     const deny = element('button', 'lmsp-deny jp-mod-styled jp-mod-reject', 'Deny');
-    for (const [button, decision] of [
-      [approve, 'approve'],
-      [deny, 'deny']
-    ] as const) {
+    const buttons: [HTMLButtonElement, 'approve' | 'deny', boolean][] = [
+      [approve, 'approve', false],
+      [deny, 'deny', false]
+    ];
+    if (mcp) {
+      const always = element('button', 'lmsp-always jp-mod-styled', 'Always for this tool');
+      buttons.push([always, 'approve', true]);
+    }
+    for (const [button, decision, always] of buttons) {
       button.type = 'button';
       button.disabled = sent || !this.actionsEnabled;
       button.addEventListener('click', () => {
         this._sent.add(callId);
-        approve.disabled = true;
-        deny.disabled = true;
-        this._decide(callId, decision);
+        for (const [other] of buttons) {
+          other.disabled = true;
+        }
+        if (always) {
+          this._decide(callId, decision, true);
+        } else {
+          this._decide(callId, decision);
+        }
       });
+      bar.append(button);
     }
-    bar.append(approve, deny);
     return bar;
   }
 }

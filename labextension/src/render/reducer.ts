@@ -2,14 +2,15 @@
  * A pure reducer from LMSP events to the view of one round (one task's response).
  */
 import { outputRate } from './rates';
-import type {
-  ILogprob,
-  OutputItem,
-  IProblem,
-  IResponse,
-  ResponseStatus,
-  ITaskEvent,
-  IUsage
+import {
+  OUTPUT_ITEM_TYPES,
+  type ILogprob,
+  type OutputItem,
+  type IProblem,
+  type IResponse,
+  type ResponseStatus,
+  type ITaskEvent,
+  type IUsage
 } from '../protocol/types';
 
 /** One output item as far as it has arrived. */
@@ -17,11 +18,17 @@ export interface IItemView {
   readonly id: string;
   readonly type: OutputItem['type'];
   readonly outputIndex: number;
-  /** Message text, reasoning summary, or a function call's arguments. */
+  /** Message text, reasoning summary, a call's arguments, or the tools an MCP server lists. */
   readonly text: string;
   readonly done: boolean;
   readonly name?: string;
+  /** The id its decision goes by: a function call's `call_id`, an MCP approval request's `id`. */
   readonly callId?: string;
+  /** The MCP server of an MCP item. */
+  readonly serverLabel?: string;
+  /** An MCP call's output, or its error, as the service ran it. */
+  readonly output?: string | null;
+  readonly error?: string | null;
   /** A message's token logprobs, when the request asked for them. */
   readonly logprobs?: readonly ILogprob[];
 }
@@ -86,7 +93,43 @@ export function itemView(item: OutputItem, outputIndex: number, done: boolean): 
       return { ...shared, text: partsText(item.summary) };
     case 'function_call':
       return { ...shared, text: item.arguments ?? '', name: item.name, callId: item.call_id };
+    case 'mcp_approval_request':
+      return {
+        ...shared,
+        text: item.arguments ?? '',
+        name: item.name,
+        callId: item.id,
+        serverLabel: item.server_label
+      };
+    case 'mcp_call':
+      return {
+        ...shared,
+        text: item.arguments ?? '',
+        name: item.name,
+        serverLabel: item.server_label,
+        output: item.output ?? null,
+        error: errorText(item.error)
+      };
+    case 'mcp_list_tools':
+      return {
+        ...shared,
+        text: (item.tools ?? []).map(tool => tool.name).join(', '),
+        serverLabel: item.server_label,
+        error: errorText(item.error)
+      };
   }
+}
+
+/** An MCP item's error as text (a string, or an object with a message). */
+function errorText(error: unknown): string | null {
+  if (error === null || error === undefined) {
+    return null;
+  }
+  if (typeof error === 'string') {
+    return error;
+  }
+  const message = (error as { message?: unknown }).message;
+  return typeof message === 'string' ? message : JSON.stringify(error);
 }
 
 function isOutputItem(value: unknown): value is OutputItem {
@@ -95,7 +138,7 @@ function isOutputItem(value: unknown): value is OutputItem {
     typeof item === 'object' &&
     item !== null &&
     typeof item.id === 'string' &&
-    (item.type === 'message' || item.type === 'reasoning' || item.type === 'function_call')
+    OUTPUT_ITEM_TYPES.has(item.type)
   );
 }
 

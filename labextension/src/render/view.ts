@@ -19,7 +19,8 @@ import { element } from './dom';
 /** What the view's buttons ask the host to do. */
 export interface IAnswerActions {
   stop(): void;
-  decide(callId: string, decision: 'approve' | 'deny'): void;
+  /** `always`: an MCP call's tool needs no approval for the rest of the kernel session. */
+  decide(callId: string, decision: 'approve' | 'deny', always?: boolean): void;
 }
 
 /** Host hooks; tests replace the clock and the frame scheduler. */
@@ -75,7 +76,7 @@ export class AnswerView {
     this._trans = options.trans ?? ENGLISH;
     this._now = options.now ?? (() => performance.now());
     this._items = new ItemsDom(
-      (callId, decision) => this._actions.decide(callId, decision),
+      (...decision) => this._actions.decide(...decision),
       options.requestFrame ?? (callback => requestAnimationFrame(callback))
     );
     this.node = element('div', 'lmsp-answer');
