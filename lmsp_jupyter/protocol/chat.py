@@ -20,7 +20,7 @@ from .items import (
     InputMessage,
 )
 from .logprobs import LOGPROBS_INCLUDE, TopLogprobs
-from .models import EXTENSION_KEY, ModelName
+from .models import EXTENSION_KEY
 from .requests import (
     FunctionTool,
     JsonObjectFormat,
@@ -39,11 +39,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
+#: A prompt-caching hint (Anthropic's, which LiteLLM puts on system messages, as Jupyternaut
+#: asks): accepted and ignored, as the service's cache needs none.
+CacheControl = dict[str, Any] | None
+
+
 class TextPart(_Strict):
     """A text part of a message's content."""
 
     type: Literal["text"]
     text: str = Field(max_length=MAX_TEXT_CHARS)
+    cache_control: CacheControl = Field(default=None, description="Accepted and ignored.")
 
 
 class ReservedChatPart(BaseModel):
@@ -101,6 +107,7 @@ class SystemMessage(_Strict):
     role: Literal["system", "developer"]
     content: ChatContent
     name: str | None = None
+    cache_control: CacheControl = Field(default=None, description="Accepted and ignored.")
 
 
 class UserMessage(_Strict):
@@ -195,7 +202,7 @@ class StreamOptions(_Strict):
 class ChatCompletionRequest(_Strict, SamplingFields):
     """``POST /lmsp/v1/chat/completions``."""
 
-    model: ModelName
+    model: str = Field(min_length=1, max_length=512)
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -131,6 +131,22 @@ def test_an_image_part_is_unsupported_capability() -> None:
     )
 
 
+def test_a_cache_control_hint_as_litellm_sends_it_is_accepted_and_changes_nothing() -> None:
+    hint = {"type": "ephemeral"}
+    plain = [
+        {"role": "system", "content": [{"type": "text", "text": "Be kind."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+    ]
+    hinted = [
+        {"role": "system", "content": "Be kind.", "cache_control": hint},
+        {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": hint}]},
+    ]
+    assert (
+        as_response_request(chat(messages=hinted)).input
+        == as_response_request(chat(messages=plain)).input
+    )
+
+
 def test_an_unknown_field_is_invalid_request() -> None:
     with pytest.raises(LmspError) as info:
         chat(frobnicate=1)
