@@ -140,7 +140,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
             "ratio hub/direct ",
         ],
     ),
-    "mcp": (
+    "mcp_calls": (
         "--tokens 24 --calls 2",
         ["side p50 ms p95 ms"],
         ["bundled model, get-sum of server-everything", "mcp ", "function ", "first call start-up"],

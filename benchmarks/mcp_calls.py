@@ -19,7 +19,7 @@ server: its start-up is that request's time to ``response.created`` less the med
 warm ones (which list the tools again, in a new conversation each). It measures and never
 asserts (goal: MCP's added latency ≤ 20 ms p50).
 
-Run: ``.venv/bin/python benchmarks/mcp.py [--calls 50]``.
+Run: ``.venv/bin/python benchmarks/mcp_calls.py [--calls 50]``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-if not __package__:  # run as a file: python benchmarks/mcp.py
+if not __package__:  # run as a file: python benchmarks/mcp_calls.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness.cli import benchmark_main, benchmark_parser
