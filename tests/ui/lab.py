@@ -189,6 +189,21 @@ class Notebook:
             self.page.screenshot(path=str(shot))
             raise AssertionError(f"{error} (the page: {shot})") from None
 
+    def follow(self, index: int, timeout: float) -> tuple[str, list[str]]:
+        """Watch the answer in cell ``index`` until a final status: its final message, and
+        the texts it showed before that one (each change seen while polling)."""
+        seen: list[str] = []
+
+        def final() -> bool:
+            text = self.message(index)
+            if text and (not seen or text != seen[-1]):
+                seen.append(text)
+            return self.status(index) in FINAL_STATUSES
+
+        self.wait_until(final, timeout, "a final status")
+        answer = self.message(index)
+        return answer, [text for text in seen if text != answer]
+
     def wait_text(self, index: int) -> None:
         """Wait until the answer in cell ``index`` shows some text (it is streaming)."""
         self.wait_until(lambda: len(self.message(index)) > 20, 120, "some text")

@@ -78,19 +78,9 @@ def test_a_hub_users_lab_lists_the_hub_model_and_streams_an_ask(
 
     for index in (0, 1, 2):
         notebook.run(index)
-    partial: list[str] = []
-
-    def final() -> bool:
-        text = notebook.message(2)
-        if text and (not partial or text != partial[-1]):
-            partial.append(text)
-        return notebook.status(2) in ui.FINAL_STATUSES
-
-    notebook.wait_until(final, 240, "a final status")
-    answer = notebook.message(2)
+    answer, growing = notebook.follow(2, 240)
     assert notebook.status(2) == "incomplete"  # 48 tokens of more rows: cut by max tokens
-    growing = [text for text in partial if text != answer]
-    assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
+    assert len(growing) >= 2, f"fewer than two partial states before the final one: {growing}"
     task_id = notebook.task_id(2)
     assert ui.normalized(answer) == ui.normalized(ui.server_text(lab, task_id))
     # The task is the user's in the hub service: the user's hub token reads it there.

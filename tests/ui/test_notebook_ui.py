@@ -49,19 +49,9 @@ def test_the_answer_streams_into_the_cell(browser: Browser, lab: LiveServer) -> 
     for index in (0, 1, 2):
         notebook.run(index)
     notebook.wait_until(lambda: notebook.answer(2).count() > 0, 60, "the answer view")
-    partial: list[str] = []
-
-    def final() -> bool:
-        text = notebook.message(2)
-        if text and (not partial or text != partial[-1]):
-            partial.append(text)
-        return notebook.status(2) in ui.FINAL_STATUSES
-
-    notebook.wait_until(final, 240, "a final status")
-    answer = notebook.message(2)
+    answer, growing = notebook.follow(2, 240)
     assert notebook.status(2) == "incomplete"  # 48 tokens of more rows: cut by max tokens
-    growing = [text for text in partial if text != answer]
-    assert len(growing) >= 2, f"fewer than two partial states before the final one: {partial}"
+    assert len(growing) >= 2, f"fewer than two partial states before the final one: {growing}"
     # Each partial state is the start of the final text (its last word may still be growing).
     for text in growing:
         head = ui.normalized(text).rsplit(" ", 1)[0]
